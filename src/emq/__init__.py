@@ -1,0 +1,56 @@
+"""emq: a reliable job queue for Python on Valkey and Redis.
+
+Every change of a job's state is one Lua script that the server runs as one indivisible step.
+Delivery is at least once: a job runs again only if its worker dies or outlives its lease
+before acknowledging it (see docs/guarantees.md).
+"""
+
+from .async_queue import AsyncQueue
+from .calls import Claimed, EnqueuedId, Job, JobSpec, SweepResult
+from .config import Backoff, QueueOptions
+from .errors import (
+    DuplicateConflict,
+    EmqError,
+    InvalidId,
+    InvalidInput,
+    InvalidName,
+    InvalidOption,
+    InvalidPayload,
+    InvalidUrl,
+    JobNotFound,
+    LeaseLost,
+    ScriptError,
+    ServerError,
+    WrongState,
+)
+from .queue import Queue
+from .states import JobState, Location
+
+__all__ = [
+    "AsyncQueue",
+    "Backoff",
+    "Claimed",
+    "DuplicateConflict",
+    "EmqError",
+    "EnqueuedId",
+    "InvalidId",
+    "InvalidInput",
+    "InvalidName",
+    "InvalidOption",
+    "InvalidPayload",
+    "InvalidUrl",
+    "Job",
+    "JobNotFound",
+    "JobSpec",
+    "JobState",
+    "LeaseLost",
+    "Location",
+    "Queue",
+    "QueueOptions",
+    "ScriptError",
+    "ServerError",
+    "SweepResult",
+    "WrongState",
+]
+
+__version__ = "0.1.0"

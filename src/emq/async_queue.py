@@ -1,0 +1,228 @@
+"""``AsyncQueue``: the asyncio shell that sends what :mod:`emq.calls` builds.
+
+Every state change is one script call (one indivisible step on the server); reads
+(``counts``, ``job``, ``jobs``) are plain commands sent in one MULTI so that they see one
+instant. :class:`emq.Queue` is its sync twin; methods differ only by ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import redis.asyncio
+
+from . import scripts
+from .calls import (
+    COUNT_FIELDS,
+    Call,
+    Claimed,
+    EnqueuedId,
+    Job,
+    JobSpec,
+    SweepResult,
+    decode_counts,
+    decode_job,
+    node_lease,
+)
+from .config import Backoff, QueueOptions, check_url
+from .errors import EmqError, InvalidOption
+from .ids import check_id
+from .shell import DEFAULT_LEASE_MS, ShellBase, as_spec, expect, lease_candidates, minter_for
+from .states import Location
+
+
+class AsyncQueue(ShellBase):
+    """A queue on an asyncio redis-py client (``decode_responses=True``)."""
+
+    def __init__(
+        self, client: redis.asyncio.Redis, name: str, *, options: QueueOptions | None = None
+    ) -> None:
+        super().__init__(name, options)
+        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise InvalidOption("the client must be created with decode_responses=True")
+        self.client = client
+        self._minter = minter_for(client.connection_pool)
+        self._mint_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> AsyncQueue:
+        client = redis.asyncio.Redis.from_url(check_url(url), decode_responses=True)
+        return cls(client, name, options=options)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, call: Call[Any]) -> Any:
+        return call.decode(await scripts.run_async(self.client, call.script, call.keys, call.args))
+
+    async def new_ids(self, n: int) -> list[str]:
+        async with self._mint_lock:
+            if self._minter.needs_lease():
+                sent = time.monotonic()
+                for node in lease_candidates(self._minter):
+                    if await self._run(node_lease(node, self._minter.owner, self._minter.ttl_ms)):
+                        self._minter.leased(node, sent)
+                        break
+                else:
+                    self._minter.lost()
+                    raise EmqError("no free id node number (1,024 processes are minting)")
+            return [self._minter.mint() for _ in range(n)]
+
+    async def new_id(self) -> str:
+        return (await self.new_ids(1))[0]
+
+    async def enqueue(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        delay_ms: int = 0,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        id: str | None = None,
+    ) -> EnqueuedId:
+        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id)
+        return (await self.enqueue_many([spec]))[0]
+
+    async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
+        groups = self._groups([as_spec(j) for j in jobs])
+        self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
+        out: list[EnqueuedId] = []
+        for start in range(0, len(groups), 1000):
+            out += await self._run(self.core.enqueue(groups[start : start + 1000]))
+        return out
+
+    async def claim(self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS) -> list[Claimed]:
+        return await self._run(self.core.claim(count, lease_ms))  # type: ignore[no-any-return]
+
+    async def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
+        (deadline,) = await self._run(self.core.extend([(job_id, token)], lease_ms))
+        expect(deadline, job_id, "extend")
+        return int(cast(int, deadline))
+
+    async def extend_many(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> list[int]:
+        return await self._run(self.core.extend(pairs, lease_ms))  # type: ignore[no-any-return]
+
+    async def complete(self, job_id: str, token: int) -> None:
+        (ok,) = await self._run(self.core.complete([(job_id, token)]))
+        expect(ok, job_id, "complete")
+
+    async def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[bool]:
+        return await self._run(self.core.complete(pairs))  # type: ignore[no-any-return]
+
+    async def fail(
+        self,
+        job_id: str,
+        token: int,
+        error: str = "",
+        *,
+        retry: bool = True,
+        backoff: Backoff | None = None,
+        delay_ms: int | None = None,
+    ) -> str:
+        if delay_ms is not None:
+            backoff = Backoff.exactly(delay_ms)
+        (where,) = await self._run(self.core.fail([(job_id, token, error, retry, backoff)]))
+        expect(where, job_id, "fail")
+        return str(where)
+
+    async def fail_many(
+        self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]
+    ) -> list[str]:
+        return await self._run(self.core.fail(items))  # type: ignore[no-any-return]
+
+    async def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
+        (where,) = await self._run(self.core.delay([(job_id, token, delay_ms)]))
+        expect(where, job_id, "delay")
+        return str(where)
+
+    async def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[str]:
+        return await self._run(self.core.delay(items))  # type: ignore[no-any-return]
+
+    async def promote(self, limit: int = 1000) -> list[str]:
+        return await self._run(self.core.promote(limit))  # type: ignore[no-any-return]
+
+    async def sweep_stalled(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+        call = self.core.sweep_stalled(max_stalled, limit)
+        return await self._run(call)  # type: ignore[no-any-return]
+
+    async def sweep_all(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+        total = SweepResult()
+        while True:
+            r = await self.sweep_stalled(max_stalled, limit)
+            total.recovered.extend(r.recovered)
+            total.dead.extend(r.dead)
+            if len(r.recovered) + len(r.dead) < limit:
+                return total
+
+    async def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:
+        return bool(await self._run(self.core.redrive([job_id], keep_counters)))
+
+    async def redrive_many(self, ids: Sequence[str], *, keep_counters: bool = False) -> list[str]:
+        return await self._run(self.core.redrive(ids, keep_counters))  # type: ignore[no-any-return]
+
+    async def redrive_all(self, *, keep_counters: bool = False, chunk: int = 500) -> int:
+        total = 0
+        while moved := await self._run(self.core.redrive([], keep_counters, chunk)):
+            total += len(moved)
+        return total
+
+    async def remove(self, job_id: str) -> str:
+        return await self._run(self.core.remove(job_id))  # type: ignore[no-any-return]
+
+    async def pause(self) -> bool:
+        return await self._run(self.core.pause())  # type: ignore[no-any-return]
+
+    async def resume(self) -> bool:
+        return await self._run(self.core.resume())  # type: ignore[no-any-return]
+
+    async def is_paused(self) -> bool:
+        return bool(await self.client.hget(self.core.keys.meta, "paused") == "1")
+
+    async def drain(self, chunk: int = 1000) -> int:
+        total = 0
+        while (n := await self._run(self.core.drain(chunk))) > 0:
+            total += n
+        return total
+
+    async def obliterate(self, *, force: bool = False, chunk: int = 1000) -> int:
+        total = 0
+        while True:
+            n, done = cast(tuple[int, bool], await self._run(self.core.obliterate(chunk, force)))
+            total += n
+            if done:
+                return total
+
+    async def counts(self) -> dict[str, int]:
+        k = self.core.keys
+        async with self.client.pipeline(transaction=True) as p:
+            for loc in Location:
+                p.zcard(k.location(loc.value))
+            p.hmget(k.metrics, list(COUNT_FIELDS))
+            *sizes, metrics = await p.execute()
+        return decode_counts(sizes, metrics)
+
+    async def job(self, job_id: str) -> Job | None:
+        row = cast(dict[str, str], await self.client.hgetall(self.core.keys.job(check_id(job_id))))
+        return decode_job(job_id, row)
+
+    async def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
+        key = self.core.location_key(location)
+        if offset < 0 or not 0 < limit <= 10_000:
+            raise InvalidOption("offset must be >= 0 and limit within 1..10000")
+        ids = cast(list[str], await self.client.zrange(key, offset, offset + limit - 1))
+        async with self.client.pipeline(transaction=True) as p:
+            for job_id in ids:
+                p.hgetall(self.core.keys.job(job_id))
+            rows = await p.execute()
+        return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]

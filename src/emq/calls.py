@@ -1,0 +1,370 @@
+"""The I/O-free core: one function per transition that builds the script call and decodes
+its reply. ``Queue`` and ``AsyncQueue`` only send what these build.
+
+Every input is validated here, before a key is built or a byte is sent, so bad input raises
+a subclass of :class:`~emq.errors.InvalidInput` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .config import Backoff, QueueOptions
+from .errors import InvalidName, InvalidOption, InvalidPayload
+from .ids import check_id
+from .keys import QueueKeys, node_key
+from .states import Location
+
+T = TypeVar("T")
+Arg = str | int | float
+
+JOB_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+MAX_BATCH = 1_000
+MAX_CHUNK = 10_000
+MAX_ERROR_CHARS = 4_096
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script invocation: which script, its KEYS and ARGV, and how to read its reply."""
+
+    script: str
+    keys: list[str]
+    args: list[Arg]
+    decode: Callable[[Any], T]
+
+
+class EnqueuedId(str):
+    """A job id returned by enqueue; ``created`` is False when nothing was written because
+    the id (or dedup key) already existed with the same contents."""
+
+    created: bool
+
+    def __new__(cls, value: str, created: bool = True) -> EnqueuedId:
+        obj = super().__new__(cls, value)
+        obj.created = created
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to enqueue, validated on construction."""
+
+    name: str
+    payload: Any = None
+    delay_ms: int = 0
+    priority: int = 0
+    max_attempts: int | None = None
+    key: str | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
+    clock."""
+
+    id: str
+    token: int
+    name: str
+    payload: Any
+    attempts: int
+    stalled: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    recovered: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of a job's row."""
+
+    id: str
+    state: str
+    name: str
+    payload: Any
+    attempts: int
+    stalled: int
+    token: int
+    priority: int
+    max_attempts: int
+    created_at: int
+    last_error: str | None
+    fields: dict[str, str]
+
+
+def _int_option(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidOption(f"{name} must be within {low}..{high}, got {value}")
+    return value
+
+
+def check_job_name(name: object) -> str:
+    if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
+        raise InvalidName(
+            f"job name {name!r} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
+        )
+    return name
+
+
+def encode_payload(payload: Any, limit: int) -> str:
+    try:
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise InvalidPayload(
+            f"payload is {size} bytes encoded, over the limit of {limit} "
+            "(raise QueueOptions.max_payload_bytes or store the data elsewhere)"
+        )
+    return text
+
+
+def decode_payload(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _pairs(items: Iterable[tuple[str, int]]) -> list[Arg]:
+    args: list[Arg] = []
+    for job_id, token in items:
+        args += [check_id(job_id), _int_option("token", token, 1, 2**62)]
+    if not args:
+        raise InvalidOption("at least one (job_id, token) pair is required")
+    if len(args) > 2 * MAX_BATCH:
+        raise InvalidOption(f"at most {MAX_BATCH} jobs per call")
+    return args
+
+
+class QueueCore:
+    """Builds every call of one queue. Holds no connection."""
+
+    def __init__(self, name: str, options: QueueOptions | None = None) -> None:
+        self.keys = QueueKeys.of(name)
+        self.options = options or QueueOptions()
+
+    @property
+    def name(self) -> str:
+        return self.keys.queue
+
+    @property
+    def _maxlen(self) -> int:
+        return self.options.events_maxlen
+
+    def job_spec(self, spec: JobSpec) -> list[Arg]:
+        """Validate a job and return its ARGV group for enqueue.lua (id still unset)."""
+        check_job_name(spec.name)
+        payload = encode_payload(spec.payload, self.options.max_payload_bytes)
+        delay = _int_option("delay_ms", spec.delay_ms, 0, 10 * 365 * 86_400_000)
+        priority = _int_option("priority", spec.priority, *PRIORITY_RANGE)
+        attempts = spec.max_attempts if spec.max_attempts is not None else self.options.max_attempts
+        _int_option("max_attempts", attempts, 1, 1_000_000)
+        key = spec.key or ""
+        if spec.key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
+            raise InvalidOption(f"dedup key must be a non-empty string of at most 256, got {key!r}")
+        if spec.id is not None:
+            check_id(spec.id)
+        return [spec.id or "", spec.name, payload, priority, attempts, delay, key]
+
+    def enqueue(self, groups: Sequence[list[Arg]]) -> Call[list[EnqueuedId]]:
+        if not groups:
+            raise InvalidOption("enqueue needs at least one job")
+        if len(groups) > MAX_BATCH:
+            raise InvalidOption(f"at most {MAX_BATCH} jobs per enqueue call; split the batch")
+        args: list[Arg] = [self.keys.prefix, self._maxlen]
+        for group in groups:
+            if not group[0]:
+                raise InvalidOption("every job needs an id before it is sent")
+            args += group
+        k = self.keys
+        return Call("enqueue", [k.pending, k.schedule, k.events, k.wake], args, _decode_enqueued)
+
+    def claim(self, count: int, lease_ms: int) -> Call[list[Claimed]]:
+        _int_option("count", count, 1, MAX_BATCH)
+        _int_option("lease_ms", lease_ms, 1, 86_400_000)
+        k = self.keys
+        return Call(
+            "claim",
+            [k.pending, k.active, k.schedule, k.meta, k.events],
+            [k.prefix, self._maxlen, count, lease_ms],
+            _decode_claimed,
+        )
+
+    def extend(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> Call[list[int]]:
+        _int_option("lease_ms", lease_ms, 1, 86_400_000)
+        k = self.keys
+        args = [k.prefix, self._maxlen, lease_ms, *_pairs(pairs)]
+        return Call("extend", [k.active, k.events], args, lambda r: [int(x) for x in r])
+
+    def complete(self, pairs: Iterable[tuple[str, int]]) -> Call[list[bool]]:
+        k = self.keys
+        args = [k.prefix, self._maxlen, *_pairs(pairs)]
+        return Call(
+            "complete", [k.active, k.metrics, k.events], args, lambda r: [x == 1 for x in r]
+        )
+
+    def fail(
+        self,
+        items: Iterable[tuple[str, int, str, bool, Backoff | None]],
+        rng: random.Random | None = None,
+    ) -> Call[list[str]]:
+        k = self.keys
+        args: list[Arg] = [k.prefix, self._maxlen]
+        for job_id, token, error, retry, backoff in items:
+            args += _pairs([(job_id, token)])
+            args += [str(error)[:MAX_ERROR_CHARS], 1 if retry else 0]
+            args += (backoff or self.options.backoff).script_args(rng)
+        if len(args) == 2:
+            raise InvalidOption("fail needs at least one job")
+        return Call("fail", [k.active, k.schedule, k.dead, k.metrics, k.events], args, list)
+
+    def delay(self, items: Iterable[tuple[str, int, int]]) -> Call[list[str]]:
+        k = self.keys
+        args: list[Arg] = [k.prefix, self._maxlen]
+        for job_id, token, delay_ms in items:
+            args += _pairs([(job_id, token)])
+            args.append(_int_option("delay_ms", delay_ms, 0, 10 * 365 * 86_400_000))
+        if len(args) == 2:
+            raise InvalidOption("delay needs at least one job")
+        keys = [k.active, k.pending, k.schedule, k.events, k.wake]
+        return Call("delay", keys, args, list)
+
+    def promote(self, limit: int) -> Call[list[str]]:
+        _int_option("limit", limit, 1, MAX_CHUNK)
+        k = self.keys
+        keys = [k.schedule, k.pending, k.events, k.wake]
+        return Call("promote", keys, [k.prefix, self._maxlen, limit], list)
+
+    def sweep_stalled(self, max_stalled: int, limit: int) -> Call[SweepResult]:
+        _int_option("max_stalled", max_stalled, 0, 1_000_000)
+        _int_option("limit", limit, 1, MAX_CHUNK)
+        k = self.keys
+        return Call(
+            "sweep_stalled",
+            [k.active, k.pending, k.dead, k.metrics, k.events, k.wake],
+            [k.prefix, self._maxlen, max_stalled, limit],
+            lambda r: SweepResult(list(r[0]), list(r[1])),
+        )
+
+    def redrive(
+        self, ids: Sequence[str], keep_counters: bool, all_limit: int = 0
+    ) -> Call[list[str]]:
+        _int_option("all_limit", all_limit, 0, MAX_CHUNK)
+        checked = [check_id(i) for i in ids]
+        if bool(checked) == bool(all_limit):
+            raise InvalidOption("redrive takes either ids or all_limit, not both or neither")
+        if len(checked) > MAX_BATCH:
+            raise InvalidOption(f"at most {MAX_BATCH} ids per redrive call")
+        k = self.keys
+        args: list[Arg] = [k.prefix, self._maxlen, 1 if keep_counters else 0, all_limit, *checked]
+        return Call("redrive", [k.dead, k.pending, k.events, k.wake], args, list)
+
+    def remove(self, job_id: str) -> Call[str]:
+        k = self.keys
+        keys = [k.pending, k.active, k.schedule, k.dead, k.events]
+        return Call("remove", keys, [k.prefix, self._maxlen, check_id(job_id)], str)
+
+    def pause(self) -> Call[bool]:
+        return Call("pause", [self.keys.meta, self.keys.events], [self._maxlen], lambda r: r == 1)
+
+    def resume(self) -> Call[bool]:
+        k = self.keys
+        return Call("resume", [k.meta, k.events, k.wake], [self._maxlen], lambda r: r == 1)
+
+    def drain(self, limit: int) -> Call[int]:
+        _int_option("limit", limit, 1, MAX_CHUNK)
+        k = self.keys
+        return Call(
+            "drain", [k.pending, k.schedule, k.events], [k.prefix, self._maxlen, limit], int
+        )
+
+    def obliterate(self, limit: int, force: bool) -> Call[tuple[int, bool]]:
+        _int_option("limit", limit, 1, MAX_CHUNK)
+        k = self.keys
+        keys = [
+            k.pending,
+            k.active,
+            k.schedule,
+            k.dead,
+            k.events,
+            k.meta,
+            k.metrics,
+            k.stalled_check,
+            k.wake,
+        ]
+        args: list[Arg] = [k.prefix, limit, 1 if force else 0]
+        return Call("obliterate", keys, args, lambda r: (int(r[0]), r[1] == 1))
+
+    def location_key(self, location: str) -> str:
+        try:
+            return self.keys.location(Location(location).value)
+        except ValueError:
+            names = ", ".join(loc.value for loc in Location)
+            raise InvalidOption(f"unknown location {location!r}; use one of {names}") from None
+
+
+def node_lease(node: int, owner: str, ttl_ms: int) -> Call[bool]:
+    return Call("node_lease", [node_key(node)], [owner, ttl_ms], lambda r: r == 1)
+
+
+def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:
+    return [EnqueuedId(reply[i], reply[i + 1] == 1) for i in range(0, len(reply), 2)]
+
+
+def _decode_claimed(reply: list[Any]) -> list[Claimed]:
+    deadline = int(reply[0])
+    return [
+        Claimed(
+            id=reply[i],
+            token=int(reply[i + 1]),
+            attempts=int(reply[i + 2]),
+            stalled=int(reply[i + 3]),
+            name=reply[i + 4],
+            payload=decode_payload(reply[i + 5]),
+            deadline_ms=deadline,
+        )
+        for i in range(1, len(reply), 6)
+    ]
+
+
+def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
+    """A :class:`Job` from an ``HGETALL`` reply, or None if the row is gone."""
+    if not row:
+        return None
+    return Job(
+        id=job_id,
+        state=row.get("state", ""),
+        name=row.get("name", ""),
+        payload=decode_payload(row.get("payload")),
+        attempts=int(row.get("attempts", 0)),
+        stalled=int(row.get("stalled", 0)),
+        token=int(row.get("token", 0)),
+        priority=int(row.get("priority", 0)),
+        max_attempts=int(row.get("max_attempts", 0)),
+        created_at=int(row.get("created_at", 0)),
+        last_error=row.get("last_error"),
+        fields=row,
+    )
+
+
+COUNT_FIELDS = ("completed", "failed", "dead", "recovered")
+
+
+def decode_counts(sizes: Sequence[int], metrics: Sequence[str | None]) -> dict[str, int]:
+    """``counts()``: the size of each location, then the lifetime counters."""
+    out = {loc.value: int(n) for loc, n in zip(Location, sizes, strict=True)}
+    for name, value in zip(COUNT_FIELDS, metrics, strict=True):
+        out["dead_total" if name == "dead" else name] = int(value or 0)
+    return out

@@ -1,0 +1,108 @@
+"""Frozen, keyword-only settings, validated on construction.
+
+Environment variables are read only at the CLI edge (``emq.cli``), never here.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlparse
+
+from .errors import InvalidOption, InvalidUrl
+
+URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
+
+
+def check_url(url: str) -> str:
+    """Return a URL redis-py accepts, or raise :class:`InvalidUrl` saying what to fix.
+
+    ``valkey://`` and ``valkeys://`` are accepted as aliases of ``redis://`` and ``rediss://``.
+    """
+    if not isinstance(url, str) or not url:
+        raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
+    parsed = urlparse(url)
+    if parsed.scheme not in URL_SCHEMES:
+        raise InvalidUrl(
+            f"server URL {url!r} has scheme {parsed.scheme!r}; use one of "
+            + ", ".join(f"{s}://" for s in URL_SCHEMES)
+        )
+    if parsed.scheme == "unix":
+        if not parsed.path:
+            raise InvalidUrl(f"unix URL {url!r} has no socket path; e.g. unix:///tmp/valkey.sock")
+        return url
+    try:
+        port = parsed.port
+    except ValueError as exc:
+        raise InvalidUrl(f"server URL {url!r} has a bad port: {exc}") from None
+    if not parsed.hostname:
+        raise InvalidUrl(f"server URL {url!r} has no host; e.g. redis://127.0.0.1:6379/0")
+    if port is not None and not 0 < port < 65536:
+        raise InvalidUrl(f"server URL {url!r} has port {port} outside 1-65535")
+    if parsed.scheme.startswith("valkey"):
+        url = "redis" + url[len("valkey") :]
+    return url
+
+
+def _positive(name: str, value: int, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"{name} must be an integer, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidOption(f"{name} must be {bound}, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Backoff:
+    """How long a failed job waits before its next attempt.
+
+    ``fixed``: always ``base_ms``. ``exponential``: ``base_ms * 2**(attempt-1)``, capped at
+    ``cap_ms``. ``jitter`` (0..1) spreads each delay uniformly over ``[d*(1-jitter), d]`` so
+    a burst of failures does not retry in lockstep.
+    """
+
+    kind: Literal["fixed", "exponential"] = "exponential"
+    base_ms: int = 1_000
+    cap_ms: int = 300_000
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("fixed", "exponential"):
+            raise InvalidOption(f"backoff kind must be 'fixed' or 'exponential', got {self.kind!r}")
+        _positive("backoff base_ms", self.base_ms, allow_zero=True)
+        _positive("backoff cap_ms", self.cap_ms, allow_zero=True)
+        if not 0.0 <= self.jitter <= 1.0:
+            raise InvalidOption(f"backoff jitter must be within 0..1, got {self.jitter}")
+
+    def script_args(self, rng: random.Random | None = None) -> tuple[int, int, int, float]:
+        """``(base_ms, cap_ms, factor, draw)`` for ``fail.lua``, which evaluates the delay on
+        the row's own attempts: ``min(cap, base * factor**(attempts-1)) * (1 - draw)``."""
+        factor = 1 if self.kind == "fixed" else 2
+        cap = self.base_ms if self.kind == "fixed" else self.cap_ms
+        draw = self.jitter * (rng or random).random() if self.jitter else 0.0
+        return self.base_ms, cap, factor, round(draw, 6)
+
+    @classmethod
+    def exactly(cls, delay_ms: int) -> Backoff:
+        """A fixed delay with no jitter (an explicit ``delay_ms`` on ``fail``)."""
+        return cls(kind="fixed", base_ms=delay_ms, cap_ms=delay_ms, jitter=0.0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueOptions:
+    """Per-queue settings held by the client.
+
+    ``events_maxlen``: the approximate cap of the event stream; ``0`` turns events off.
+    ``max_payload_bytes``: the largest encoded payload an enqueue accepts.
+    """
+
+    events_maxlen: int = 10_000
+    max_payload_bytes: int = 512 * 1024
+    max_attempts: int = 3
+    backoff: Backoff = Backoff()
+
+    def __post_init__(self) -> None:
+        _positive("events_maxlen", self.events_maxlen, allow_zero=True)
+        _positive("max_payload_bytes", self.max_payload_bytes)
+        _positive("max_attempts", self.max_attempts)

@@ -1,0 +1,109 @@
+"""Branded job ids: ``JOB`` + 11 base62 characters of a 63-bit snowflake.
+
+The snowflake is ``ms since 2024-01-01 << 22 | node << 12 | seq``. The alphabet is in byte
+order, so ids sort by mint time as bytes, and equal-priority jobs in ``pending`` pop FIFO.
+
+The node number (0-1023) is a lease taken on the server (``SET {emq}:node:<n> owner NX PX``)
+and renewed while minting; :class:`Minter` refuses to mint once its lease may have lapsed,
+so two live processes never mint with the same node number. This module does no I/O: the
+queue shells send the lease calls that :class:`Minter` asks for.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+from .errors import InvalidId
+
+EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_INDEX = {c: i for i, c in enumerate(ALPHABET)}
+WIDTH = 11
+NODES = 1024
+NODE_TTL_MS = 60_000
+ID_PATTERN = re.compile(r"JOB[0-9A-Za-z]{11}")
+MAX_SNOWFLAKE = (1 << 63) - 1
+
+
+def encode(value: int) -> str:
+    """Fixed-width base62 of a non-negative 63-bit integer."""
+    chars = []
+    for _ in range(WIDTH):
+        value, rem = divmod(value, 62)
+        chars.append(ALPHABET[rem])
+    return "JOB" + "".join(reversed(chars))
+
+
+def decode(job_id: str) -> int:
+    """The snowflake inside a branded id (validated)."""
+    value = 0
+    for c in check_id(job_id)[3:]:
+        value = value * 62 + _INDEX[c]
+    return value
+
+
+def check_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a branded emq id, else raise :class:`InvalidId`."""
+    if not isinstance(job_id, str) or not ID_PATTERN.fullmatch(job_id):
+        raise InvalidId(
+            f"job id {job_id!r} is invalid: expected 'JOB' followed by 11 characters "
+            "from 0-9 A-Z a-z (ids are minted by emq; use Queue.new_id())"
+        )
+    value = 0
+    for c in job_id[3:]:
+        value = value * 62 + _INDEX[c]
+    if value > MAX_SNOWFLAKE:
+        raise InvalidId(f"job id {job_id!r} is out of range: its value exceeds 63 bits")
+    return job_id
+
+
+def minted_at_ms(job_id: str) -> int:
+    """Wall-clock ms (Unix epoch) at which the id was minted."""
+    return (decode(job_id) >> 22) + EPOCH_MS
+
+
+class Minter:
+    """Mints ids under a leased node number. Not thread-safe; guard it with a lock."""
+
+    def __init__(self, ttl_ms: int = NODE_TTL_MS) -> None:
+        self.owner = uuid.uuid4().hex
+        self.ttl_ms = ttl_ms
+        self.node: int | None = None
+        self._renew_after = 0.0  # monotonic seconds
+        self._valid_until = 0.0
+        self._last_ms = 0
+        self._seq = 0
+
+    def needs_lease(self, now: float | None = None) -> bool:
+        """True when the lease must be taken or renewed before the next mint."""
+        return (
+            self.node is None or (now if now is not None else time.monotonic()) >= self._renew_after
+        )
+
+    def leased(self, node: int, sent_at: float) -> None:
+        """Record a lease granted by a call sent at monotonic time ``sent_at``."""
+        self.node = node
+        self._valid_until = sent_at + self.ttl_ms / 1000.0
+        self._renew_after = sent_at + self.ttl_ms / 3000.0
+
+    def lost(self) -> None:
+        """The lease could not be renewed: stop minting under this node."""
+        self.node = None
+
+    def mint(self, now_ms: int | None = None) -> str:
+        """A new id. Raises RuntimeError if the lease is missing or may have lapsed."""
+        if self.node is None or time.monotonic() >= self._valid_until:
+            raise RuntimeError("no valid node lease; the queue shell must renew it first")
+        ms = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - EPOCH_MS
+        if ms <= self._last_ms:
+            ms = self._last_ms
+            self._seq += 1
+            if self._seq >= 4096:  # borrow the next millisecond rather than repeat an id
+                ms += 1
+                self._seq = 0
+        else:
+            self._seq = 0
+        self._last_ms = ms
+        return encode((ms << 22) | (self.node << 12) | self._seq)

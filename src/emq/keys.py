@@ -1,0 +1,93 @@
+"""Every key name of a queue. Nothing else in emq builds key strings.
+
+Each per-queue key is ``emq:{<queue>}:<suffix>``; the braces make every key of one queue hash
+to one cluster slot, so each script touches one slot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidName
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it matches ``^[A-Za-z0-9._-]{1,128}$``, else raise InvalidName."""
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
+        raise InvalidName(
+            f"queue name {shown!r} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ -"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue; construct with :meth:`of` so the name is validated."""
+
+    queue: str
+
+    @classmethod
+    def of(cls, queue: str) -> QueueKeys:
+        return cls(check_queue_name(queue))
+
+    @property
+    def prefix(self) -> str:
+        return f"emq:{{{self.queue}}}:"
+
+    def _k(self, suffix: str) -> str:
+        return self.prefix + suffix
+
+    @property
+    def pending(self) -> str:
+        return self._k("pending")
+
+    @property
+    def active(self) -> str:
+        return self._k("active")
+
+    @property
+    def schedule(self) -> str:
+        return self._k("schedule")
+
+    @property
+    def dead(self) -> str:
+        return self._k("dead")
+
+    @property
+    def events(self) -> str:
+        return self._k("events")
+
+    @property
+    def meta(self) -> str:
+        return self._k("meta")
+
+    @property
+    def metrics(self) -> str:
+        return self._k("metrics")
+
+    @property
+    def stalled_check(self) -> str:
+        return self._k("stalled-check")
+
+    @property
+    def wake(self) -> str:
+        return self._k("wake")
+
+    def job(self, job_id: str) -> str:
+        """The row of ``job_id``; the caller must have validated the id."""
+        return self._k("job:" + job_id)
+
+    def dedup(self, key: str) -> str:
+        return self._k("de:" + key)
+
+    def location(self, name: str) -> str:
+        return self._k(name)
+
+
+def node_key(node: int) -> str:
+    """The lease key of an id-minting node number (global, not per queue)."""
+    return f"{{emq}}:node:{node}"

@@ -1,0 +1,74 @@
+-- claim: pending -> active (and due schedule -> pending first)
+--
+-- Leases up to count jobs under one reading of the server clock. Due scheduled jobs are
+-- promoted first, so a retry's backoff ends on time without a separate beat. Safety belt:
+-- the pause flag is read here, inside the same step as the pop (a paused queue returns no
+-- jobs, not an error); attempts and token are bumped with HINCRBY, never written by a
+-- client; the lease deadline is now + lease_ms on the server clock.
+--
+-- KEYS[1] pending    ZSET    waiting jobs, score = priority
+-- KEYS[2] active     ZSET    leased jobs, score = lease deadline ms
+-- KEYS[3] schedule   ZSET    delayed jobs, score = run-at ms
+-- KEYS[4] meta       HASH    queue flags (paused)
+-- KEYS[5] events     STREAM  lifecycle events
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3] count      integer most jobs to lease, 1..1000
+-- ARGV[4] lease_ms   integer lease length in ms, > 0
+-- Returns: flat array: deadline ms, then per job: id, token, attempts, stalled, name, payload
+--          (just the deadline when paused or empty)
+-- Errors: none
+-- Derives: job:<id> HASH
+local k_pending = KEYS[1]
+local k_active = KEYS[2]
+local k_schedule = KEYS[3]
+local k_meta = KEYS[4]
+local k_events = KEYS[5]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
+local lease_ms = tonumber(ARGV[4])
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + lease_ms
+local out = {deadline}
+if redis.call('HGET', k_meta, 'paused') == '1' then return out end
+
+local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, count)
+for _, id in ipairs(due) do
+  local row = prefix .. 'job:' .. id
+  redis.call('ZREM', k_schedule, id)
+  local priority = redis.call('HGET', row, 'priority')
+  if priority then
+    redis.call('ZADD', k_pending, priority, id)
+    redis.call('HSET', row, 'state', 'pending')
+    emit('event', 'promoted', 'job', id)
+  end
+end
+
+local popped = redis.call('ZPOPMIN', k_pending, count)
+for i = 1, #popped, 2 do
+  local id = popped[i]
+  local row = prefix .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+    local token = redis.call('HINCRBY', row, 'token', 1)
+    redis.call('HSET', row, 'state', 'active')
+    redis.call('ZADD', k_active, deadline, id)
+    local f = redis.call('HMGET', row, 'stalled', 'name', 'payload')
+    out[#out + 1] = id
+    out[#out + 1] = token
+    out[#out + 1] = attempts
+    out[#out + 1] = tonumber(f[1])
+    out[#out + 1] = f[2]
+    out[#out + 1] = f[3]
+    emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
+  end
+end
+return out

@@ -1,0 +1,52 @@
+-- complete: active -> (completed: row deleted)
+--
+-- Finishes jobs whose lease the caller still holds; a worker acknowledges a batch in one step.
+-- Safety belt: the job must be in active with an unexpired deadline (server clock) and the
+-- row's token must equal the caller's; otherwise nothing changes for that job and it reports
+-- lost, so a stale worker can never delete a job that was recovered and re-leased.
+--
+-- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
+-- KEYS[2] metrics    HASH    counters (completed)
+-- KEYS[3] events     STREAM  lifecycle events
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3..] (id, token)*  one pair per job
+-- Returns: array, per job: 1 completed | 0 lease lost (a lease_lost event is appended)
+-- Errors: none
+-- Derives: job:<id> HASH, de:<dedup> STRING
+local k_active = KEYS[1]
+local k_metrics = KEYS[2]
+local k_events = KEYS[3]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+local done = 0
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local score = redis.call('ZSCORE', k_active, id)
+  local row = prefix .. 'job:' .. id
+  local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup')
+  if score and tonumber(score) > now and f[1] == token then
+    redis.call('ZREM', k_active, id)
+    if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
+      redis.call('DEL', prefix .. 'de:' .. f[3])
+    end
+    redis.call('DEL', row)
+    done = done + 1
+    out[#out + 1] = 1
+    emit('event', 'completed', 'job', id, 'attempts', f[2])
+  else
+    out[#out + 1] = 0
+    emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'complete')
+  end
+end
+if done > 0 then redis.call('HINCRBY', k_metrics, 'completed', done) end
+return out

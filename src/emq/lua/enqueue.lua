@@ -1,0 +1,109 @@
+-- enqueue: (new) -> pending | schedule
+--
+-- Admits one or many jobs in one indivisible step. A job with delay_ms > 0 goes to schedule
+-- (score = run-at ms, server clock), the others to pending (score = priority). Safety belt:
+-- every id and dedup key is checked before the first write, so a conflict anywhere in the
+-- batch writes nothing; an id that already exists with the same name and payload is the
+-- idempotent retry of a lost reply and is reported as a duplicate, never written twice.
+--
+-- KEYS[1] pending    ZSET    waiting jobs, score = priority
+-- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
+-- KEYS[3] events     STREAM  lifecycle events
+-- KEYS[4] wake       LIST    wake-up tokens for parked workers
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup)*  one group per job;
+--           delay_ms in ms; dedup is '' for none
+-- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
+-- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
+--         or payload, or a dedup key's job differs from the one given
+-- Derives: job:<id> HASH, de:<dedup> STRING
+local k_pending = KEYS[1]
+local k_schedule = KEYS[2]
+local k_events = KEYS[3]
+local k_wake = KEYS[4]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local GROUP = 7
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- pass 1: decide every job, write nothing
+local plan = {}
+local seen = {}
+local seen_dedup = {}
+for i = 3, #ARGV, GROUP do
+  local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local dedup = ARGV[i + 6]
+  local row = prefix .. 'job:' .. id
+  local target = id
+  local created = 1
+  if dedup ~= '' then
+    local holder = seen_dedup[dedup] or redis.call('GET', prefix .. 'de:' .. dedup)
+    if holder and (seen[holder] or redis.call('EXISTS', prefix .. 'job:' .. holder) == 1) then
+      target, created = holder, 0
+    end
+  end
+  if created == 1 then
+    local prior = seen[id]
+    if prior == nil and redis.call('EXISTS', row) == 1 then
+      local cur = redis.call('HMGET', row, 'name', 'payload')
+      prior = cur[1] .. '\0' .. cur[2]
+    end
+    if prior ~= nil then
+      if prior ~= name .. '\0' .. payload then
+        return redis.error_reply('EMQCONFLICT ' .. id .. ' exists with another name or payload')
+      end
+      created = 0
+    else
+      seen[id] = name .. '\0' .. payload
+      if dedup ~= '' then seen_dedup[dedup] = id end
+    end
+  end
+  plan[#plan + 1] = {i, target, created}
+end
+
+-- pass 2: write
+local out = {}
+local ready = 0
+for _, p in ipairs(plan) do
+  local i, id, created = p[1], p[2], p[3]
+  if created == 1 then
+    local name, payload = ARGV[i + 1], ARGV[i + 2]
+    local priority, max_attempts = tonumber(ARGV[i + 3]), ARGV[i + 4]
+    local delay, dedup = tonumber(ARGV[i + 5]), ARGV[i + 6]
+    local row = prefix .. 'job:' .. id
+    local state = 'pending'
+    if delay > 0 then state = 'scheduled' end
+    redis.call('HSET', row, 'name', name, 'payload', payload, 'state', state,
+      'attempts', 0, 'stalled', 0, 'token', 0, 'priority', priority,
+      'max_attempts', max_attempts, 'created_at', now)
+    if dedup ~= '' then
+      redis.call('HSET', row, 'dedup', dedup)
+      redis.call('SET', prefix .. 'de:' .. dedup, id)
+    end
+    if delay > 0 then
+      redis.call('ZADD', k_schedule, now + delay, id)
+    else
+      redis.call('ZADD', k_pending, priority, id)
+      ready = ready + 1
+    end
+    emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
+  end
+  out[#out + 1] = id
+  out[#out + 1] = created
+end
+
+if ready > 0 then
+  local tokens = {}
+  for n = 1, math.min(ready, 32) do tokens[n] = '1' end
+  redis.call('LPUSH', k_wake, unpack(tokens))
+  redis.call('LTRIM', k_wake, 0, 31)
+end
+return out

@@ -1,0 +1,70 @@
+-- fail: active -> schedule (retry after a backoff) | dead (attempts spent, or no retry)
+--
+-- Records a failed attempt for jobs whose lease the caller still holds. While attempts <
+-- max_attempts and retry = 1 the job waits in schedule (server clock) for
+-- min(cap_ms, base_ms * factor^(attempts-1)) * (1 - draw), evaluated on the row's own
+-- attempts; otherwise it is dead-lettered with last_error. Safety belt: the same fence as complete (in active,
+-- unexpired, token equal); a stale worker's failure changes nothing.
+--
+-- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
+-- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
+-- KEYS[3] dead       ZSET    dead jobs, score = ms of death
+-- KEYS[4] metrics    HASH    counters (failed, dead)
+-- KEYS[5] events     STREAM  lifecycle events
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3..] (id, token, error, retry, base_ms, cap_ms, factor, draw)*  one group per job;
+--           retry 1 = may retry, 0 = dead now; base_ms and cap_ms in ms; factor 1 = fixed,
+--           2 = exponential; draw in [0, 1) is the jitter fraction taken off the delay
+-- Returns: array, per job: 'scheduled' | 'dead' | 'lost'
+-- Errors: none
+-- Derives: job:<id> HASH
+local k_active = KEYS[1]
+local k_schedule = KEYS[2]
+local k_dead = KEYS[3]
+local k_metrics = KEYS[4]
+local k_events = KEYS[5]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 3, #ARGV, 8 do
+  local id, token, err, retry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local base, cap = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local factor, draw = tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7])
+  local score = redis.call('ZSCORE', k_active, id)
+  local row = prefix .. 'job:' .. id
+  local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
+    'stalled')
+  if score and tonumber(score) > now and f[1] == token then
+    redis.call('ZREM', k_active, id)
+    redis.call('HINCRBY', k_metrics, 'failed', 1)
+    local attempts = tonumber(f[2])
+    if retry == '1' and attempts < tonumber(f[3]) then
+      local delay = math.min(cap, base * factor ^ math.max(0, attempts - 1))
+      delay = math.floor(delay * (1 - draw))
+      redis.call('HSET', row, 'state', 'scheduled', 'last_error', err)
+      redis.call('ZADD', k_schedule, now + delay, id)
+      out[#out + 1] = 'scheduled'
+      emit('event', 'retrying', 'job', id, 'attempts', f[2], 'error', err, 'delay_ms', delay)
+    else
+      redis.call('HSET', row, 'state', 'dead', 'last_error', err, 'died_at', now)
+      redis.call('ZADD', k_dead, now, id)
+      redis.call('HINCRBY', k_metrics, 'dead', 1)
+      out[#out + 1] = 'dead'
+      emit('event', 'dead', 'job', id, 'attempts', f[2], 'error', err, 'name', f[4],
+        'payload', f[5], 'stalled', f[6])
+    end
+  else
+    out[#out + 1] = 'lost'
+    emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'fail')
+  end
+end
+return out

@@ -1,0 +1,61 @@
+-- obliterate: every location -> (queue deleted)
+--
+-- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets;
+-- the call that finds them all empty also deletes events, meta, metrics, stalled-check and
+-- wake. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
+-- with its row and dedup key; the caller repeats until done = 1.
+--
+-- KEYS[1] pending        ZSET    waiting jobs
+-- KEYS[2] active         ZSET    leased jobs
+-- KEYS[3] schedule       ZSET    delayed jobs
+-- KEYS[4] dead           ZSET    dead jobs
+-- KEYS[5] events         STREAM  lifecycle events
+-- KEYS[6] meta           HASH    queue flags
+-- KEYS[7] metrics        HASH    counters
+-- KEYS[8] stalled-check  STRING  the sweep guard
+-- KEYS[9] wake           LIST    wake-up tokens
+-- ARGV[1] prefix         string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] limit          integer most jobs to delete in this call, 1..10000
+-- ARGV[3] force          integer 1 = delete leased jobs too
+-- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain}
+-- Errors: EMQSTATE when jobs are leased and force = 0
+-- Derives: job:<id> HASH, de:<dedup> STRING
+local k_pending = KEYS[1]
+local k_active = KEYS[2]
+local k_schedule = KEYS[3]
+local k_dead = KEYS[4]
+local k_events = KEYS[5]
+local k_meta = KEYS[6]
+local k_metrics = KEYS[7]
+local k_stalled_check = KEYS[8]
+local k_wake = KEYS[9]
+local prefix = ARGV[1]
+local limit = tonumber(ARGV[2])
+local force = ARGV[3]
+
+if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
+  return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
+end
+local removed = 0
+for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
+  if removed < limit then
+    local ids = redis.call('ZRANGE', set, 0, limit - removed - 1)
+    for _, id in ipairs(ids) do
+      local row = prefix .. 'job:' .. id
+      local dedup = redis.call('HGET', row, 'dedup')
+      if dedup and redis.call('GET', prefix .. 'de:' .. dedup) == id then
+        redis.call('DEL', prefix .. 'de:' .. dedup)
+      end
+      redis.call('DEL', row)
+      redis.call('ZREM', set, id)
+    end
+    removed = removed + #ids
+  end
+end
+local left = 0
+for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
+  left = left + redis.call('ZCARD', set)
+end
+if left > 0 then return {removed, 0} end
+redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake)
+return {removed, 1}

@@ -1,0 +1,21 @@
+-- pause: queue running -> queue paused
+--
+-- Sets the pause flag that claim reads inside its own step, so no claim that starts after
+-- this call returns can lease a job. Jobs already leased keep running.
+--
+-- KEYS[1] meta       HASH    queue flags (paused)
+-- KEYS[2] events     STREAM  lifecycle events
+-- ARGV[1] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- Returns: 1 if the queue was running, 0 if it was already paused
+-- Errors: none
+-- Derives: nothing
+local k_meta = KEYS[1]
+local k_events = KEYS[2]
+local maxlen = tonumber(ARGV[1])
+
+local changed = 1
+if redis.call('HGET', k_meta, 'paused') == '1' then changed = 0 end
+redis.call('HSET', k_meta, 'paused', '1')
+if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', 'event', 'paused')
+elseif maxlen < 0 then redis.call('XADD', k_events, '*', 'event', 'paused') end
+return changed

@@ -1,0 +1,59 @@
+-- redrive: dead -> pending
+--
+-- Gives dead jobs a fresh start: by id, or the oldest `all_limit` dead jobs when no ids are
+-- given. attempts and stalled are reset to 0 unless keep_counters = 1 (the token is never
+-- reset, so a stale worker's old token can not match a later lease). Safety belt: an id not
+-- in dead at this instant is skipped, so a concurrent redrive or remove moves nothing twice.
+--
+-- KEYS[1] dead           ZSET    dead jobs, score = ms of death
+-- KEYS[2] pending        ZSET    waiting jobs, score = priority
+-- KEYS[3] events         STREAM  lifecycle events
+-- KEYS[4] wake           LIST    wake-up tokens for parked workers
+-- ARGV[1] prefix         string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen         integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3] keep_counters  integer 1 = keep attempts and stalled, 0 = reset them
+-- ARGV[4] all_limit      integer with no ids: redrive this many oldest dead jobs; else 0
+-- ARGV[5..] (id)*        the jobs to redrive
+-- Returns: array of the redriven ids
+-- Errors: none
+-- Derives: job:<id> HASH
+local k_dead = KEYS[1]
+local k_pending = KEYS[2]
+local k_events = KEYS[3]
+local k_wake = KEYS[4]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local keep_counters = ARGV[3]
+local all_limit = tonumber(ARGV[4])
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local ids = {}
+if all_limit > 0 then
+  ids = redis.call('ZRANGE', k_dead, 0, all_limit - 1)
+else
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local row = prefix .. 'job:' .. id
+  if redis.call('ZREM', k_dead, id) == 1 then
+    local priority = redis.call('HGET', row, 'priority')
+    if priority then
+      if keep_counters ~= '1' then redis.call('HSET', row, 'attempts', 0, 'stalled', 0) end
+      redis.call('HSET', row, 'state', 'pending')
+      redis.call('HDEL', row, 'died_at')
+      redis.call('ZADD', k_pending, priority, id)
+      out[#out + 1] = id
+      emit('event', 'redriven', 'job', id, 'attempts', redis.call('HGET', row, 'attempts'))
+    end
+  end
+end
+if #out > 0 then
+  redis.call('LPUSH', k_wake, '1')
+  redis.call('LTRIM', k_wake, 0, 31)
+end
+return out

@@ -1,0 +1,45 @@
+-- remove: pending | active | schedule | dead -> (removed: row deleted)
+--
+-- Deletes one job wherever it is. A worker holding its lease gets LeaseLost on its next
+-- extend or complete. Safety belt: the id leaves every location set and its row and dedup
+-- key in this one step.
+--
+-- KEYS[1] pending    ZSET    waiting jobs
+-- KEYS[2] active     ZSET    leased jobs
+-- KEYS[3] schedule   ZSET    delayed jobs
+-- KEYS[4] dead       ZSET    dead jobs
+-- KEYS[5] events     STREAM  lifecycle events
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3] id         string  the job to remove
+-- Returns: the location it was removed from: 'pending' | 'active' | 'schedule' | 'dead'
+-- Errors: EMQNOJOB <id> when no row exists
+-- Derives: job:<id> HASH, de:<dedup> STRING
+local k_pending = KEYS[1]
+local k_active = KEYS[2]
+local k_schedule = KEYS[3]
+local k_dead = KEYS[4]
+local k_events = KEYS[5]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local id = ARGV[3]
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local row = prefix .. 'job:' .. id
+local f = redis.call('HMGET', row, 'attempts', 'dedup')
+if not f[1] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
+local where = ''
+local sets = {pending = k_pending, active = k_active, schedule = k_schedule, dead = k_dead}
+for _, name in ipairs({'pending', 'active', 'schedule', 'dead'}) do
+  if redis.call('ZREM', sets[name], id) == 1 then where = name end
+end
+if f[2] and redis.call('GET', prefix .. 'de:' .. f[2]) == id then
+  redis.call('DEL', prefix .. 'de:' .. f[2])
+end
+redis.call('DEL', row)
+emit('event', 'removed', 'job', id, 'attempts', f[1], 'from', where)
+return where

@@ -1,0 +1,71 @@
+-- sweep_stalled: active (expired lease) -> pending | dead
+--
+-- The stalled recovery. Detect (deadline <= now, server clock), move and count happen in this
+-- one step, so two overlapping sweeps can never both recover one lease: the second finds the
+-- job already gone from active. Safety belt: each expired id is removed from active and
+-- added to exactly one of pending or dead before any other command runs; stalled is bumped
+-- with HINCRBY on the value this script reads, never by a client; attempts is not touched;
+-- an id whose row is gone is dropped from active and skipped (no ghost row is created).
+--
+-- KEYS[1] active       ZSET    leased jobs, score = lease deadline ms
+-- KEYS[2] pending      ZSET    waiting jobs, score = priority
+-- KEYS[3] dead         ZSET    dead jobs, score = ms of death
+-- KEYS[4] metrics      HASH    counters (recovered, dead)
+-- KEYS[5] events       STREAM  lifecycle events
+-- KEYS[6] wake         LIST    wake-up tokens for parked workers
+-- ARGV[1] prefix       string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen       integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3] max_stalled  integer stall count at which a job is dead-lettered; 0 = never
+-- ARGV[4] limit        integer most expired leases to handle in this call, 1..10000
+-- Returns: two arrays: {recovered ids}, {dead ids}
+-- Errors: none
+-- Derives: job:<id> HASH
+local k_active = KEYS[1]
+local k_pending = KEYS[2]
+local k_dead = KEYS[3]
+local k_metrics = KEYS[4]
+local k_events = KEYS[5]
+local k_wake = KEYS[6]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local max_stalled = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+
+local function emit(...)
+  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local recovered, dead = {}, {}
+local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, limit)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', k_active, id)
+  local row = prefix .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    local stalled = redis.call('HINCRBY', row, 'stalled', 1)
+    local f = redis.call('HMGET', row, 'attempts', 'priority', 'name', 'payload')
+    if max_stalled > 0 and stalled >= max_stalled then
+      redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'died_at', now)
+      redis.call('ZADD', k_dead, now, id)
+      dead[#dead + 1] = id
+      emit('event', 'dead', 'job', id, 'attempts', f[1], 'error', 'stalled',
+        'stalled', stalled, 'name', f[3], 'payload', f[4])
+    else
+      redis.call('HSET', row, 'state', 'pending')
+      redis.call('ZADD', k_pending, f[2], id)
+      recovered[#recovered + 1] = id
+      emit('event', 'stalled', 'job', id, 'attempts', f[1], 'stalled', stalled)
+    end
+  end
+end
+if #recovered > 0 then
+  redis.call('HINCRBY', k_metrics, 'recovered', #recovered)
+  local tokens = {}
+  for n = 1, math.min(#recovered, 32) do tokens[n] = '1' end
+  redis.call('LPUSH', k_wake, unpack(tokens))
+  redis.call('LTRIM', k_wake, 0, 31)
+end
+if #dead > 0 then redis.call('HINCRBY', k_metrics, 'dead', #dead) end
+return {recovered, dead}

@@ -1,0 +1,162 @@
+"""The Lua transitions: loaded once from package data, dispatched EVALSHA-first.
+
+Each ``lua/<name>.lua`` starts with a header (see ``docs/lua-contract.md``) that
+:func:`parse_header` reads; a test checks every header against its Python binding.
+
+Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
+``NOSCRIPT`` (after ``SCRIPT FLUSH`` or a server restart) the source is loaded, the returned
+sha is checked against the local one, and the call is re-sent once. A script refusal
+``EMQ<CLASS> detail`` is raised as its :mod:`emq.errors` class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError, ResponseError
+
+from .errors import EmqError, ScriptError, from_reply
+
+_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
+_ARG_LINE = re.compile(r"^-- ARGV\[(\d+)\]\s+(\S+)\s+(\S+)")
+_GROUP_LINE = re.compile(r"^-- ARGV\[(\d+)\.\.\]\s+\(([^)]*)\)\*")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a script's header declares."""
+
+    summary: str  # "claim: pending -> active ..."
+    keys: tuple[str, ...]  # KEYS[1..n] names, e.g. ("pending", "active")
+    key_types: tuple[str, ...]
+    args: tuple[str, ...]  # fixed ARGV names
+    group: tuple[str, ...]  # names of a repeated ARGV group, () if none
+    returns: str
+    errors: str
+    derives: str
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+    header: Header
+
+
+def parse_header(name: str, source: str) -> Header:
+    """Parse the leading comment block of a script; raise ValueError if it breaks the shape."""
+    lines: list[str] = []
+    for line in source.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line)
+    if not lines or not lines[0].startswith(f"-- {name}: ") or "->" not in lines[0]:
+        raise ValueError(f"{name}.lua: first line must be '-- {name}: <from> -> <to>'")
+    keys: list[tuple[int, str, str]] = []
+    args: list[tuple[int, str]] = []
+    group: tuple[str, ...] = ()
+    sections: dict[str, str] = {}
+    current = ""
+    for line in lines[1:]:
+        if m := _KEY_LINE.match(line):
+            keys.append((int(m[1]), m[2], m[3]))
+        elif m := _GROUP_LINE.match(line):
+            if int(m[1]) != len(args) + 1:
+                raise ValueError(f"{name}.lua: repeated ARGV group must follow ARGV[{len(args)}]")
+            group = tuple(part.strip() for part in m[2].split(","))
+        elif m := _ARG_LINE.match(line):
+            args.append((int(m[1]), m[2]))
+        else:
+            body = line[2:].strip()
+            head = body.split(":", 1)[0]
+            if head in ("Returns", "Errors", "Derives"):
+                current = head
+                sections[head] = body.split(":", 1)[1].strip()
+            elif current and body and line.startswith("--   "):
+                sections[current] += " " + body
+            else:
+                current = ""
+    for label, items in (("KEYS", [k[0] for k in keys]), ("ARGV", [a[0] for a in args])):
+        if items != list(range(1, len(items) + 1)):
+            raise ValueError(f"{name}.lua: {label} indices must run 1..n in order, got {items}")
+    for section in ("Returns", "Errors", "Derives"):
+        if section not in sections:
+            raise ValueError(f"{name}.lua: header lacks a '{section}:' line")
+    return Header(
+        summary=lines[0][3:],
+        keys=tuple(k[1] for k in keys),
+        key_types=tuple(k[2] for k in keys),
+        args=tuple(a[1] for a in args),
+        group=group,
+        returns=sections["Returns"],
+        errors=sections["Errors"],
+        derives=sections["Derives"],
+    )
+
+
+def _load_all() -> dict[str, Script]:
+    found: dict[str, Script] = {}
+    for entry in resources.files("emq").joinpath("lua").iterdir():
+        if not entry.name.endswith(".lua"):
+            continue
+        name = entry.name[:-4]
+        source = entry.read_text(encoding="utf-8")
+        sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+        found[name] = Script(name, source, sha, parse_header(name, source))
+    return found
+
+
+SCRIPTS: dict[str, Script] = _load_all()
+
+
+def _refusal(exc: ResponseError) -> EmqError:
+    mapped = from_reply(str(exc))
+    return mapped if mapped is not None else ScriptError(str(exc))
+
+
+def _check_loaded(script: Script, sha: Any) -> None:
+    if isinstance(sha, bytes):
+        sha = sha.decode()
+    if sha != script.sha:
+        raise ScriptError(
+            f"server returned sha {sha!r} for {script.name}.lua, expected {script.sha}"
+        )
+
+
+def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | float]) -> Any:
+    """Run script ``name`` EVALSHA-first on a sync client."""
+    script = SCRIPTS[name]
+    try:
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            _check_loaded(script, client.script_load(script.source))
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError as exc:
+        raise ScriptError(f"{name}.lua vanished again right after loading: {exc}") from exc
+    except ResponseError as exc:
+        raise _refusal(exc) from None
+
+
+async def run_async(
+    client: redis.asyncio.Redis, name: str, keys: list[str], args: list[str | int | float]
+) -> Any:
+    """Run script ``name`` EVALSHA-first on an asyncio client."""
+    script = SCRIPTS[name]
+    try:
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            _check_loaded(script, await client.script_load(script.source))
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError as exc:
+        raise ScriptError(f"{name}.lua vanished again right after loading: {exc}") from exc
+    except ResponseError as exc:
+        raise _refusal(exc) from None

@@ -1,0 +1,52 @@
+"""Job states and the transition graph: the one place docs, CLI and tests read them from.
+
+A job's location set is the truth; the row's ``state`` mirrors it. ``completed`` is not a
+location: completing a job deletes its row and counts it in ``metrics``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    ACTIVE = "active"
+    SCHEDULED = "scheduled"
+    DEAD = "dead"
+    COMPLETED = "completed"
+
+
+class Location(StrEnum):
+    """The sorted sets a live job id can be a member of (exactly one at a time)."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    SCHEDULE = "schedule"
+    DEAD = "dead"
+
+
+STATE_OF_LOCATION: dict[Location, JobState] = {
+    Location.PENDING: JobState.PENDING,
+    Location.ACTIVE: JobState.ACTIVE,
+    Location.SCHEDULE: JobState.SCHEDULED,
+    Location.DEAD: JobState.DEAD,
+}
+
+# transition -> (from states, to states). Each entry is one Lua script in emq/lua/.
+TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
+    "enqueue": (frozenset(), frozenset({JobState.PENDING, JobState.SCHEDULED})),
+    "claim": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset({JobState.ACTIVE})),
+    "extend": (frozenset({JobState.ACTIVE}), frozenset({JobState.ACTIVE})),
+    "complete": (frozenset({JobState.ACTIVE}), frozenset({JobState.COMPLETED})),
+    "fail": (frozenset({JobState.ACTIVE}), frozenset({JobState.SCHEDULED, JobState.DEAD})),
+    "delay": (frozenset({JobState.ACTIVE}), frozenset({JobState.PENDING, JobState.SCHEDULED})),
+    "promote": (frozenset({JobState.SCHEDULED}), frozenset({JobState.PENDING})),
+    "sweep_stalled": (frozenset({JobState.ACTIVE}), frozenset({JobState.PENDING, JobState.DEAD})),
+    "redrive": (frozenset({JobState.DEAD}), frozenset({JobState.PENDING})),
+    "remove": (
+        frozenset({JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD}),
+        frozenset(),
+    ),
+    "drain": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset()),
+}
