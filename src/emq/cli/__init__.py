@@ -1,0 +1,1 @@
+"""The ``emq`` command. Environment variables and import strings are read only here."""

@@ -1,0 +1,23 @@
+"""The ``emq`` command group; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from . import demo, queue_cmds, server_cmds
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="emq")
+def cli() -> None:
+    """emq: a reliable job queue on Valkey and Redis."""
+
+
+server_cmds.register(cli)
+queue_cmds.register(cli)
+demo.register(cli)
+
+
+def main() -> None:
+    cli()

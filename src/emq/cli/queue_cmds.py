@@ -1,0 +1,252 @@
+"""Commands on one queue: enqueue, sweep, stats, jobs, job, dead, pause, resume, drain."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..calls import Job
+from ..errors import InvalidPayload
+from ..states import Location
+from .common import (
+    console,
+    emit_json,
+    handle_errors,
+    json_option,
+    open_queue,
+    resolve_url,
+    url_option,
+)
+
+_QUEUE_OF_KEY = re.compile(r"^emq:\{([A-Za-z0-9._-]+)\}:")
+
+
+def _job_dict(job: Job) -> dict[str, Any]:
+    d = asdict(job)
+    d.pop("fields")
+    return d
+
+
+def _jobs_table(title: str, jobs: list[Job]) -> Table:
+    table = Table(title=title)
+    for col in ("id", "name", "state", "attempts", "stalled", "last_error"):
+        table.add_column(col)
+    for j in jobs:
+        table.add_row(j.id, j.name, j.state, str(j.attempts), str(j.stalled), j.last_error or "")
+    return table
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("name")
+@click.argument("payload", required=False, default="null")
+@click.option("--delay-ms", type=int, default=0, help="Run no earlier than this many ms from now.")
+@click.option("--priority", type=int, default=0, help="Lower runs first (default 0).")
+@click.option("--max-attempts", type=int, default=None, help="Attempts before dead (default 3).")
+@click.option("--key", default=None, help="Dedup key: one live job per key.")
+@url_option
+@json_option
+@handle_errors
+def enqueue(
+    queue: str, name: str, payload: str, delay_ms: int, priority: int,
+    max_attempts: int | None, key: str | None, url: str | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Enqueue job NAME with a JSON PAYLOAD on QUEUE."""
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise InvalidPayload(f"PAYLOAD is not valid JSON: {exc}") from None
+    with open_queue(url, queue) as q:
+        job_id = q.enqueue(
+            name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key
+        )
+    if as_json:
+        emit_json({"id": job_id, "created": job_id.created})
+    else:
+        console.print(f"{job_id}" + ("" if job_id.created else " (already there: not re-created)"))
+
+
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--max-stalled",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Stall count at which a job is dead-lettered; 0 = never.",
+)
+@click.option("--limit", type=int, default=100, show_default=True, help="Leases per script call.")
+@url_option
+@json_option
+@handle_errors
+def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bool) -> None:
+    """Recover expired leases on QUEUE (to pending, or dead past --max-stalled)."""
+    with open_queue(url, queue) as q:
+        r = q.sweep_all(max_stalled=max_stalled, limit=limit)
+    if as_json:
+        emit_json({"recovered": r.recovered, "dead": r.dead})
+    else:
+        console.print(f"recovered {len(r.recovered)}, dead-lettered {len(r.dead)}")
+
+
+@click.command()
+@click.argument("queue", required=False)
+@url_option
+@json_option
+@handle_errors
+def stats(queue: str | None, url: str | None, as_json: bool) -> None:
+    """Counts per location for QUEUE, or for every queue on the server."""
+    import redis
+
+    resolved = resolve_url(url)
+    if queue:
+        names = [queue]
+    else:
+        client = redis.Redis.from_url(resolved, decode_responses=True)
+        names = sorted(
+            {
+                m[1]
+                for k in client.scan_iter(match="emq:{*}:*", count=1000)
+                if (m := _QUEUE_OF_KEY.match(k))
+            }
+        )
+        client.close()
+    result: dict[str, dict[str, int]] = {}
+    for name in names:
+        with open_queue(resolved, name) as q:
+            result[name] = q.counts()
+    if as_json:
+        emit_json(result[queue] if queue else result)
+        return
+    table = Table(title="emq queues")
+    cols = ["pending", "active", "schedule", "dead", "completed", "failed", "recovered"]
+    table.add_column("queue")
+    for c in cols:
+        table.add_column(c, justify="right")
+    for name, counts in result.items():
+        table.add_row(name, *(str(counts[c]) for c in cols))
+    console.print(table)
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("location", type=click.Choice([loc.value for loc in Location]))
+@click.option("--offset", type=int, default=0)
+@click.option("--limit", type=int, default=50, show_default=True)
+@url_option
+@json_option
+@handle_errors
+def jobs(
+    queue: str, location: str, offset: int, limit: int, url: str | None, as_json: bool
+) -> None:
+    """List the jobs in one LOCATION of QUEUE, in the set's order."""
+    with open_queue(url, queue) as q:
+        found = q.jobs(location, offset, limit)
+    if as_json:
+        emit_json({"jobs": [_job_dict(j) for j in found]})
+    else:
+        console.print(_jobs_table(f"{queue} / {location}", found))
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("job_id")
+@url_option
+@json_option
+@handle_errors
+def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
+    """Show one job's row."""
+    with open_queue(url, queue) as q:
+        found = q.job(job_id)
+    if found is None:
+        if as_json:
+            emit_json({"id": job_id, "found": False})
+        else:
+            console.print(f"{job_id}: no such job (completed jobs are deleted)")
+        raise SystemExit(1)
+    if as_json:
+        emit_json(_job_dict(found))
+    else:
+        for k, v in sorted(found.fields.items()):
+            console.print(f"[bold]{k}[/bold]: {v}", highlight=False)
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("action", type=click.Choice(["list", "redrive", "purge"]))
+@click.argument("ids", nargs=-1)
+@click.option("--keep-counters", is_flag=True, help="redrive: keep attempts and stalled.")
+@click.option("--limit", type=int, default=50, show_default=True, help="list: how many.")
+@url_option
+@json_option
+@handle_errors
+def dead(
+    queue: str, action: str, ids: tuple[str, ...], keep_counters: bool, limit: int,
+    url: str | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all)."""
+    with open_queue(url, queue) as q:
+        if action == "list":
+            found = q.jobs("dead", 0, limit)
+            if as_json:
+                emit_json({"jobs": [_job_dict(j) for j in found]})
+            else:
+                console.print(_jobs_table(f"{queue} / dead", found))
+            return
+        if action == "redrive":
+            n = (
+                len(q.redrive_many(list(ids), keep_counters=keep_counters))
+                if ids
+                else q.redrive_all(keep_counters=keep_counters)
+            )
+        else:
+            targets = list(ids) or [j.id for j in q.jobs("dead", 0, 10_000)]
+            n = sum(1 for i in targets if q.remove(i))
+    if as_json:
+        emit_json({action: n})
+    else:
+        console.print(f"{action}: {n} job(s)")
+
+
+def _flag_command(name: str, doc: str) -> click.Command:
+    @click.command(name=name, help=doc)
+    @click.argument("queue")
+    @url_option
+    @json_option
+    @handle_errors
+    def command(queue: str, url: str | None, as_json: bool) -> None:
+        with open_queue(url, queue) as q:
+            changed = q.pause() if name == "pause" else q.resume()
+        if as_json:
+            emit_json({"queue": queue, "paused": name == "pause", "changed": changed})
+        else:
+            console.print(f"{queue}: {name}d" + ("" if changed else f" (was already {name}d)"))
+
+    return command
+
+
+@click.command()
+@click.argument("queue")
+@url_option
+@json_option
+@handle_errors
+def drain(queue: str, url: str | None, as_json: bool) -> None:
+    """Delete every waiting job (pending and scheduled) of QUEUE."""
+    with open_queue(url, queue) as q:
+        n = q.drain()
+    if as_json:
+        emit_json({"drained": n})
+    else:
+        console.print(f"drained {n} job(s)")
+
+
+def register(group: click.Group) -> None:
+    for command in (enqueue, sweep, stats, jobs, job, dead, drain):
+        group.add_command(command)
+    group.add_command(_flag_command("pause", "Stop claims on QUEUE (checked inside the claim)."))
+    group.add_command(_flag_command("resume", "Let claims on QUEUE go on."))

@@ -1,0 +1,80 @@
+"""``emq server start|stop|status|url``: the embedded Valkey under ./.emq."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict
+
+import click
+
+from ..server import EmbeddedServer
+from .common import console, emit_json, handle_errors, json_option
+
+
+def _server(data_dir: str | None) -> EmbeddedServer:
+    return EmbeddedServer(data_dir or os.environ.get("EMQ_HOME", ".emq"))
+
+
+dir_option = click.option(
+    "--dir", "data_dir", default=None, help="Data directory (default: $EMQ_HOME, else ./.emq)."
+)
+
+
+@click.group()
+def server() -> None:
+    """Manage the embedded Valkey server (data under ./.emq, AOF on)."""
+
+
+@server.command()
+@dir_option
+@json_option
+@handle_errors
+def start(data_dir: str | None, as_json: bool) -> None:
+    """Start the embedded server, or reuse the one already running."""
+    srv = _server(data_dir)
+    url = srv.start()
+    if as_json:
+        emit_json({"url": url, "data_dir": str(srv.data_dir)})
+    else:
+        console.print(f"embedded Valkey running at [bold]{url}[/bold] (data in {srv.data_dir})")
+
+
+@server.command()
+@dir_option
+@json_option
+@handle_errors
+def stop(data_dir: str | None, as_json: bool) -> None:
+    """Stop the embedded server (its AOF is flushed first)."""
+    stopped = _server(data_dir).stop()
+    if as_json:
+        emit_json({"stopped": stopped})
+    else:
+        console.print("stopped" if stopped else "not running")
+
+
+@server.command()
+@dir_option
+@json_option
+@handle_errors
+def status(data_dir: str | None, as_json: bool) -> None:
+    """Say whether the embedded server is running, and where."""
+    st = _server(data_dir).status()
+    if as_json:
+        emit_json(asdict(st))
+    else:
+        console.print(f"{st.note}" + (f" at {st.url} (pid {st.pid})" if st.running else ""))
+    if not st.running:
+        sys.exit(1)
+
+
+@server.command()
+@dir_option
+@handle_errors
+def url(data_dir: str | None) -> None:
+    """Print the embedded server's URL (for EMQ_URL)."""
+    click.echo(_server(data_dir).url())
+
+
+def register(group: click.Group) -> None:
+    group.add_command(server)

@@ -1,0 +1,43 @@
+"""Assertions over raw keys, shared by the tests."""
+
+from __future__ import annotations
+
+import redis
+
+from emq.keys import QueueKeys
+from emq.states import STATE_OF_LOCATION, Location
+
+
+def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    k = QueueKeys.of(queue)
+    return {loc.value: set(client.zrange(k.location(loc.value), 0, -1)) for loc in Location}
+
+
+def where(client: redis.Redis, queue: str, job_id: str) -> list[str]:
+    """Every location set that holds ``job_id`` (G1: must be one, or none once completed)."""
+    return [loc for loc, ids in locations(client, queue).items() if job_id in ids]
+
+
+def assert_consistent(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    """G1 over the whole queue: each id in exactly one set, its row present with the matching
+    state; no row without a location."""
+    k = QueueKeys.of(queue)
+    locs = locations(client, queue)
+    seen: dict[str, str] = {}
+    for loc, ids in locs.items():
+        for job_id in ids:
+            assert job_id not in seen, f"{job_id} is in both {seen[job_id]} and {loc}"
+            seen[job_id] = loc
+            state = client.hget(k.job(job_id), "state")
+            assert state == STATE_OF_LOCATION[Location(loc)].value, (job_id, loc, state)
+    rows = {key.rsplit(":", 1)[1] for key in client.scan_iter(match=k.prefix + "job:*", count=1000)}
+    assert rows == set(seen), f"rows without a location: {rows - set(seen)}"
+    return locs
+
+
+def expire_leases(client: redis.Redis, queue: str, *ids: str) -> None:
+    """Move leases into the past (score 1 ms) instead of sleeping: expiry reads the server clock."""
+    k = QueueKeys.of(queue)
+    targets = ids or tuple(client.zrange(k.active, 0, -1))
+    for job_id in targets:
+        client.zadd(k.active, {job_id: 1}, xx=True)
