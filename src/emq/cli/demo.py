@@ -39,7 +39,7 @@ def _lapse(q: Queue) -> None:
     )
     deadline = max((score for _, score in leases), default=0.0)
     while True:
-        sec, usec = cast(tuple[int, int], q.client.time())
+        sec, usec = q.client.time()
         if sec * 1000 + usec // 1000 > deadline:
             return
         time.sleep(0.05)
