@@ -18,7 +18,7 @@
 -- Returns: flat array: deadline ms, then per job: id, token, attempts, stalled, name, payload
 --          (just the deadline when paused or empty)
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -29,9 +29,11 @@ local maxlen = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

@@ -13,16 +13,18 @@
 -- ARGV[3..] (id, token)*  one pair per job
 -- Returns: array, per job: 1 completed | 0 lease lost (a lease_lost event is appended)
 -- Errors: none
--- Derives: job:<id> HASH, de:<dedup> STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_metrics = KEYS[2]
 local k_events = KEYS[3]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

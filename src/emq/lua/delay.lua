@@ -15,7 +15,7 @@
 -- ARGV[3..] (id, token, delay_ms)*  one group per job; delay_ms 0 = back to pending now
 -- Returns: array, per job: 'pending' | 'scheduled' | 'lost'
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_schedule = KEYS[3]
@@ -24,9 +24,11 @@ local k_wake = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

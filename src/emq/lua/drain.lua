@@ -12,13 +12,20 @@
 -- ARGV[3] limit      integer most jobs to delete in this call, 1..10000
 -- Returns: the number of jobs deleted
 -- Errors: none
--- Derives: job:<id> HASH, de:<dedup> STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local function emit(...)
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+end
 
 local removed = 0
 for _, set in ipairs({k_pending, k_schedule}) do
@@ -36,11 +43,5 @@ for _, set in ipairs({k_pending, k_schedule}) do
     removed = removed + #ids
   end
 end
-if removed > 0 then
-  if maxlen > 0 then
-    redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', 'event', 'drained', 'count', removed)
-  elseif maxlen < 0 then
-    redis.call('XADD', k_events, '*', 'event', 'drained', 'count', removed)
-  end
-end
+if removed > 0 then emit('event', 'drained', 'count', removed) end
 return removed

@@ -17,7 +17,7 @@
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
--- Derives: job:<id> HASH, de:<dedup> STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
@@ -26,9 +26,11 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local GROUP = 7
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

@@ -14,16 +14,18 @@
 -- Returns: array, per job: the new deadline ms, or 0 when the lease is lost
 --          (a lease_lost event is appended for each)
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

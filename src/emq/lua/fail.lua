@@ -18,7 +18,7 @@
 --           2 = exponential; draw in [0, 1) is the jitter fraction taken off the delay
 -- Returns: array, per job: 'scheduled' | 'dead' | 'lost'
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_schedule = KEYS[2]
 local k_dead = KEYS[3]
@@ -27,9 +27,11 @@ local k_events = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

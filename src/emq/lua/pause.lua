@@ -8,14 +8,20 @@
 -- ARGV[1] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- Returns: 1 if the queue was running, 0 if it was already paused
 -- Errors: none
--- Derives: nothing
+-- Derives: events:archived STRING (read only)
 local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local maxlen = tonumber(ARGV[1])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local function emit(...)
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
 local changed = 1
 if redis.call('HGET', k_meta, 'paused') == '1' then changed = 0 end
 redis.call('HSET', k_meta, 'paused', '1')
-if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', 'event', 'paused')
-elseif maxlen < 0 then redis.call('XADD', k_events, '*', 'event', 'paused') end
+emit('event', 'paused')
 return changed

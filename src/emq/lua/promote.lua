@@ -13,7 +13,7 @@
 -- ARGV[3] limit      integer most jobs to move, 1..10000
 -- Returns: array of the promoted ids
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_schedule = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]
@@ -22,9 +22,11 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')

@@ -16,7 +16,7 @@
 -- ARGV[5..] (id)*        the jobs to redrive
 -- Returns: array of the redriven ids
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_dead = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]
@@ -26,9 +26,11 @@ local maxlen = tonumber(ARGV[2])
 local keep_counters = ARGV[3]
 local all_limit = tonumber(ARGV[4])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local ids = {}

@@ -14,7 +14,7 @@
 -- ARGV[3] id         string  the job to remove
 -- Returns: the location it was removed from: 'pending' | 'active' | 'schedule' | 'dead'
 -- Errors: EMQNOJOB <id> when no row exists
--- Derives: job:<id> HASH, de:<dedup> STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -24,9 +24,11 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local id = ARGV[3]
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local row = prefix .. 'job:' .. id

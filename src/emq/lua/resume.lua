@@ -8,15 +8,21 @@
 -- ARGV[1] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- Returns: 1 if the queue was paused, 0 if it was running
 -- Errors: none
--- Derives: nothing
+-- Derives: events:archived STRING (read only)
 local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local k_wake = KEYS[3]
 local maxlen = tonumber(ARGV[1])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local function emit(...)
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
 local changed = redis.call('HDEL', k_meta, 'paused')
-if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', 'event', 'resumed')
-elseif maxlen < 0 then redis.call('XADD', k_events, '*', 'event', 'resumed') end
+emit('event', 'resumed')
 redis.call('LPUSH', k_wake, '1')
 redis.call('LTRIM', k_wake, 0, 31)
 return changed

@@ -19,7 +19,7 @@
 -- ARGV[4] limit        integer most expired leases to handle in this call, 1..10000
 -- Returns: two arrays: {recovered ids}, {dead ids}
 -- Errors: none
--- Derives: job:<id> HASH
+-- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_dead = KEYS[3]
@@ -31,9 +31,11 @@ local maxlen = tonumber(ARGV[2])
 local max_stalled = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 
+-- events are trimmed here unless an archiver owns retention (events:archived exists)
+local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
-  if maxlen > 0 then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen < 0 then redis.call('XADD', k_events, '*', ...) end
+  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
+  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
 end
 
 local t = redis.call('TIME')
