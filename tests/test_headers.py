@@ -1,0 +1,86 @@
+"""Every Lua header is parsed and checked against its Python binding (STYLE rule 1)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from emq.calls import JobSpec, QueueCore, node_lease
+from emq.scripts import SCRIPTS, parse_header
+
+ID = "JOB0000000000A"
+core = QueueCore("hdr")
+spec_group = core.job_spec(JobSpec("send", {"a": 1}))
+spec_group[0] = ID
+
+# one sample call per script, with two items where the script takes a repeated group
+SAMPLES = {
+    "enqueue": core.enqueue([spec_group, list(spec_group)]),
+    "claim": core.claim(5, 1000),
+    "extend": core.extend([(ID, 1), (ID, 2)], 1000),
+    "complete": core.complete([(ID, 1), (ID, 2)]),
+    "fail": core.fail([(ID, 1, "x", True, None), (ID, 2, "y", False, None)]),
+    "delay": core.delay([(ID, 1, 0), (ID, 2, 5)]),
+    "promote": core.promote(10),
+    "sweep_stalled": core.sweep_stalled(2, 100),
+    "redrive": core.redrive([ID, ID], False),
+    "remove": core.remove(ID),
+    "pause": core.pause(),
+    "resume": core.resume(),
+    "drain": core.drain(10),
+    "obliterate": core.obliterate(10, False),
+    "node_lease": node_lease(3, "owner", 1000),
+}
+
+
+def test_every_script_has_a_sample() -> None:
+    assert set(SAMPLES) == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_header_matches_binding(name: str) -> None:
+    script = SCRIPTS[name]
+    header = script.header
+    call = SAMPLES[name]
+    assert call.script == name
+    assert len(call.keys) == len(header.keys), f"{name}: KEYS count differs from its header"
+    for key, declared in zip(call.keys, header.keys, strict=True):
+        assert key.endswith(declared) or declared == "node", f"{name}: {key} is not {declared}"
+    fixed = len(header.args)
+    assert len(call.args) >= fixed
+    if header.group:
+        assert (len(call.args) - fixed) % len(header.group) == 0
+        assert len(call.args) - fixed == 2 * len(header.group), "sample holds two groups"
+    else:
+        assert len(call.args) == fixed, f"{name}: ARGV count differs from its header"
+    for t in header.key_types:
+        assert t in {"ZSET", "HASH", "STREAM", "STRING", "LIST"}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_key_and_argument_is_bound_by_name(name: str) -> None:
+    src = SCRIPTS[name].source
+    for i, key in enumerate(SCRIPTS[name].header.keys, start=1):
+        local = "k_" + key.replace("-", "_")
+        assert re.search(rf"^local {local} = KEYS\[{i}\]$", src, re.M), f"{name}: bind {local}"
+    for i, arg in enumerate(SCRIPTS[name].header.args, start=1):
+        assert re.search(rf"^local {arg} = .*ARGV\[{i}\]", src, re.M), f"{name}: bind {arg}"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_no_unbounded_or_keyspace_wide_commands(name: str) -> None:
+    src = SCRIPTS[name].source
+    for banned in ("'KEYS'", "'SCAN'", "'FLUSHALL'", "'FLUSHDB'", "while true"):
+        assert banned not in src
+
+
+def test_header_shape_is_enforced() -> None:
+    with pytest.raises(ValueError, match="first line"):
+        parse_header("x", "-- y: a -> b\n-- Returns: 1\n-- Errors: none\n-- Derives: nothing\n")
+    with pytest.raises(ValueError, match="Derives"):
+        parse_header("x", "-- x: a -> b\n-- KEYS[1] a  ZSET  z\n-- Returns: 1\n-- Errors: none\n")
+    with pytest.raises(ValueError, match="KEYS indices"):
+        parse_header(
+            "x", "-- x: a -> b\n-- KEYS[2] a  ZSET  z\n-- Returns: 1\n-- Errors: n\n-- Derives: n\n"
+        )

@@ -1,0 +1,281 @@
+"""Each transition driven against a real server; every location set checked afterwards (G1)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from emq import Backoff, DuplicateConflict, JobNotFound, JobSpec, Queue, WrongState
+from emq.keys import QueueKeys
+
+from .helpers import assert_consistent, expire_leases, where
+
+
+def test_enqueue_one_goes_to_pending_with_a_row(queue: Queue, client: redis.Redis) -> None:
+    job_id = queue.enqueue("send", {"to": "a@b"}, priority=3, max_attempts=5)
+    assert job_id.created
+    assert where(client, queue.name, job_id) == ["pending"]
+    job = queue.job(job_id)
+    assert job is not None
+    assert (job.state, job.name, job.payload, job.priority, job.max_attempts) == (
+        "pending", "send", {"to": "a@b"}, 3, 5)
+    assert (job.attempts, job.stalled, job.token) == (0, 0, 0)
+    assert client.zscore(queue.core.keys.pending, job_id) == 3
+    assert_consistent(client, queue.name)
+
+
+def test_enqueue_many_is_fifo_within_a_priority(queue: Queue, client: redis.Redis) -> None:
+    ids = queue.enqueue_many([("n", {"i": i}) for i in range(50)])
+    urgent = queue.enqueue("n", {"i": "urgent"}, priority=-1)
+    claimed = queue.claim(count=51)
+    assert [c.id for c in claimed] == [urgent, *ids]
+    assert [c.payload["i"] for c in claimed[1:]] == list(range(50))
+    assert_consistent(client, queue.name)
+
+
+def test_delayed_enqueue_goes_to_schedule_and_claim_promotes_when_due(
+    queue: Queue, client: redis.Redis
+) -> None:
+    job_id = queue.enqueue("later", delay_ms=60_000)
+    assert where(client, queue.name, job_id) == ["schedule"]
+    assert queue.job(job_id).state == "scheduled"  # type: ignore[union-attr]
+    assert queue.claim() == []
+    client.zadd(queue.core.keys.schedule, {job_id: 1}, xx=True)  # due now, by the server clock
+    (c,) = queue.claim()
+    assert c.id == job_id
+    assert_consistent(client, queue.name)
+
+
+def test_enqueue_by_id_is_idempotent(queue: Queue, client: redis.Redis) -> None:
+    job_id = queue.new_id()
+    first = queue.enqueue("send", {"x": 1}, id=job_id)
+    again = queue.enqueue("send", {"x": 1}, id=job_id)
+    assert first == again == job_id and first.created and not again.created
+    assert queue.counts()["pending"] == 1
+    with pytest.raises(DuplicateConflict):
+        queue.enqueue("send", {"x": 2}, id=job_id)
+    assert queue.job(job_id).payload == {"x": 1}  # type: ignore[union-attr]
+    assert client.xlen(queue.core.keys.events) == 1
+
+
+def test_a_conflict_anywhere_in_a_batch_writes_nothing(queue: Queue, client: redis.Redis) -> None:
+    taken = queue.enqueue("a", 1)
+    with pytest.raises(DuplicateConflict):
+        queue.enqueue_many([JobSpec("b", 1), JobSpec("c", 2), JobSpec("a", 999, id=taken)])
+    assert queue.counts()["pending"] == 1
+    assert_consistent(client, queue.name)
+
+
+def test_dedup_key_admits_one_live_job(queue: Queue, client: redis.Redis) -> None:
+    a = queue.enqueue("report", {"day": 1}, key="report:1")
+    b = queue.enqueue("report", {"day": 1}, key="report:1")
+    assert a == b and not b.created
+    both = queue.enqueue_many([JobSpec("r", 1, key="k2"), JobSpec("r", 2, key="k2")])
+    assert both[0] == both[1] and both[0].created and not both[1].created
+    (c, _) = queue.claim(count=2)[0], None
+    queue.complete(c.id, c.token)
+    assert client.get(queue.core.keys.dedup("report:1")) is None
+    fresh = queue.enqueue("report", {"day": 1}, key="report:1")
+    assert fresh != a and fresh.created
+
+
+def test_claim_leases_on_the_server_clock(queue: Queue, client: redis.Redis) -> None:
+    ids = queue.enqueue_many([("j", i) for i in range(5)])
+    sec, usec = client.time()
+    before = sec * 1000 + usec // 1000
+    claimed = queue.claim(count=3, lease_ms=10_000)
+    assert [c.id for c in claimed] == ids[:3]
+    assert all(c.token == 1 and c.attempts == 1 and c.stalled == 0 for c in claimed)
+    for c in claimed:
+        score = client.zscore(queue.core.keys.active, c.id)
+        assert score == c.deadline_ms and before + 10_000 <= score < before + 11_000
+    assert queue.counts()["active"] == 3 and queue.counts()["pending"] == 2
+    assert_consistent(client, queue.name)
+
+
+def test_extend_complete_fail_delay(queue: Queue, client: redis.Redis) -> None:
+    a, b, c = queue.enqueue_many([("j", 1), ("j", 2), ("j", 3)])
+    ca, cb, cc = queue.claim(count=3, lease_ms=5_000)
+    deadline = queue.extend(ca.id, ca.token, lease_ms=60_000)
+    assert deadline > ca.deadline_ms and client.zscore(queue.core.keys.active, a) == deadline
+    queue.complete(ca.id, ca.token)
+    assert where(client, queue.name, a) == [] and queue.job(a) is None
+    assert queue.fail(cb.id, cb.token, "boom", delay_ms=60_000) == "scheduled"
+    row = queue.job(b)
+    assert row is not None and row.state == "scheduled" and row.last_error == "boom"
+    assert queue.delay(cc.id, cc.token) == "pending"
+    assert queue.job(c).attempts == 0  # type: ignore[union-attr]
+    counts = queue.counts()
+    assert (counts["completed"], counts["failed"], counts["schedule"], counts["pending"]) == (
+        1, 1, 1, 1)
+    assert_consistent(client, queue.name)
+
+
+def test_delay_keeps_tokens_increasing(queue: Queue) -> None:
+    queue.enqueue("j")
+    first = queue.claim()[0]
+    queue.delay(first.id, first.token)
+    second = queue.claim()[0]
+    assert second.token > first.token and second.attempts == first.attempts == 1
+
+
+def test_fail_dead_letters_when_attempts_are_spent(queue: Queue, client: redis.Redis) -> None:
+    job_id = queue.enqueue("flaky", max_attempts=2)
+    first = queue.claim()[0]
+    assert queue.fail(job_id, first.token, "e1", delay_ms=0) == "scheduled"
+    second = queue.claim()[0]  # due at once: claim promotes it
+    assert second.attempts == 2
+    assert queue.fail(job_id, second.token, "e2") == "dead"
+    row = queue.job(job_id)
+    assert row is not None and row.state == "dead" and row.last_error == "e2"
+    assert where(client, queue.name, job_id) == ["dead"]
+    assert queue.counts()["dead_total"] == 1
+
+
+def test_fail_without_retry_goes_straight_to_dead(queue: Queue) -> None:
+    job_id = queue.enqueue("x", max_attempts=10)
+    c = queue.claim()[0]
+    assert queue.fail(job_id, c.token, "permanent", retry=False) == "dead"
+
+
+def test_exponential_backoff_is_evaluated_on_the_rows_attempts(
+    queue: Queue, client: redis.Redis
+) -> None:
+    job_id = queue.enqueue("x", max_attempts=5)
+    backoff = Backoff(kind="exponential", base_ms=1_000, cap_ms=3_000, jitter=0)
+    waits = []
+    for _ in range(4):
+        c = queue.claim()[0]
+        sec, usec = client.time()
+        now = sec * 1000 + usec // 1000
+        assert queue.fail(job_id, c.token, "e", backoff=backoff) == "scheduled"
+        waits.append(client.zscore(queue.core.keys.schedule, job_id) - now)
+        client.zadd(queue.core.keys.schedule, {job_id: 1}, xx=True)
+    expected = [1_000, 2_000, 3_000, 3_000]
+    assert all(e <= w <= e + 50 for w, e in zip(waits, expected, strict=True)), waits
+
+
+def test_jitter_shortens_the_delay_within_bounds(queue: Queue, client: redis.Redis) -> None:
+    job_id = queue.enqueue("x", max_attempts=2)
+    c = queue.claim()[0]
+    sec, usec = client.time()
+    queue.fail(job_id, c.token, "e", backoff=Backoff(kind="fixed", base_ms=10_000, jitter=0.5))
+    wait = client.zscore(queue.core.keys.schedule, job_id) - (sec * 1000 + usec // 1000)
+    assert 5_000 <= wait <= 10_050
+
+
+def test_promote_moves_only_due_jobs(queue: Queue, client: redis.Redis) -> None:
+    due, later = queue.enqueue("a", delay_ms=50_000), queue.enqueue("b", delay_ms=50_000)
+    client.zadd(queue.core.keys.schedule, {due: 1}, xx=True)
+    assert queue.promote() == [due]
+    assert where(client, queue.name, due) == ["pending"]
+    assert where(client, queue.name, later) == ["schedule"]
+    assert client.llen(queue.core.keys.wake) >= 1
+    assert_consistent(client, queue.name)
+
+
+def test_redrive_resets_counters_unless_asked(queue: Queue, client: redis.Redis) -> None:
+    a, b = queue.enqueue_many([("x", 1), ("x", 2)])
+    for c in queue.claim(count=2):
+        queue.fail(c.id, c.token, "no", retry=False)
+    assert queue.redrive(a)
+    assert queue.redrive_many([b], keep_counters=True) == [b]
+    assert queue.job(a).attempts == 0 and queue.job(b).attempts == 1  # type: ignore[union-attr]
+    assert not queue.redrive(a)  # no longer dead: nothing moves twice
+    assert where(client, queue.name, a) == ["pending"]
+    tokens = {c.id: c.token for c in queue.claim(count=2)}
+    assert tokens == {a: 2, b: 2}  # tokens never reset
+    assert_consistent(client, queue.name)
+
+
+def test_redrive_all_in_chunks(queue: Queue) -> None:
+    queue.enqueue_many([("x", i) for i in range(25)])
+    queue.fail_many([(c.id, c.token, "x", False, None) for c in queue.claim(count=25)])
+    assert queue.counts()["dead"] == 25
+    assert queue.redrive_all(chunk=10) == 25
+    assert queue.counts()["pending"] == 25
+
+
+def test_remove_from_each_location(queue: Queue, client: redis.Redis) -> None:
+    p = queue.enqueue("p")
+    s = queue.enqueue("s", delay_ms=99_000)
+    a = queue.enqueue("a", priority=-5)
+    ca = queue.claim()[0]
+    assert ca.id == a
+    assert queue.remove(p) == "pending" and queue.remove(s) == "schedule"
+    assert queue.remove(a) == "active"
+    with pytest.raises(JobNotFound):
+        queue.remove(p)
+    assert queue.extend_many([(a, ca.token)], 1000) == [0]
+    assert_consistent(client, queue.name) == {"pending": set(), "active": set(),
+                                              "schedule": set(), "dead": set()}
+
+
+def test_pause_is_checked_inside_claim(queue: Queue) -> None:
+    queue.enqueue("x")
+    assert queue.pause() and not queue.pause()
+    assert queue.is_paused()
+    assert queue.claim(count=10) == []
+    assert queue.counts()["pending"] == 1
+    assert queue.resume() and not queue.resume()
+    assert len(queue.claim()) == 1
+
+
+def test_drain_keeps_leased_and_dead(queue: Queue, client: redis.Redis) -> None:
+    queue.enqueue_many([("x", i) for i in range(30)])
+    queue.enqueue("later", delay_ms=50_000)
+    c1, c2 = queue.claim(count=2)
+    queue.fail(c2.id, c2.token, "x", retry=False)
+    assert queue.drain(chunk=7) == 29
+    counts = queue.counts()
+    assert (counts["pending"], counts["schedule"], counts["active"], counts["dead"]) == (0, 0, 1, 1)
+    assert_consistent(client, queue.name)
+
+
+def test_obliterate_refuses_leased_jobs_then_deletes_everything(
+    queue: Queue, client: redis.Redis
+) -> None:
+    queue.enqueue_many([("x", i) for i in range(40)])
+    queue.enqueue("x", key="dk")
+    queue.claim(count=3)
+    with pytest.raises(WrongState):
+        queue.obliterate()
+    assert queue.obliterate(force=True, chunk=9) == 41
+    assert list(client.scan_iter(match=queue.core.keys.prefix + "*")) == []
+
+
+def test_events_are_appended_in_script_and_capped(url: str, qname: str, client: redis.Redis) -> None:
+    from emq import QueueOptions
+
+    q = Queue.from_url(url, qname, options=QueueOptions(events_maxlen=100))
+    job_id = q.enqueue("x")
+    c = q.claim()[0]
+    q.fail(job_id, c.token, "bad", delay_ms=0)
+    events = [f for _, f in client.xrange(q.core.keys.events)]
+    assert [e["event"] for e in events] == ["enqueued", "claimed", "retrying"]
+    assert events[2]["error"] == "bad" and events[2]["attempts"] == "1"
+    assert all(e["job"] == job_id for e in events)
+    q.enqueue_many([("x", i) for i in range(1000)])
+    assert client.xlen(q.core.keys.events) < 400  # approximate MAXLEN trims in whole nodes
+    off = Queue.from_url(url, qname + "-off", options=QueueOptions(events_maxlen=0))
+    off.enqueue("x")
+    assert not client.exists(off.core.keys.events)
+    q.close()
+    off.close()
+
+
+def test_counts_and_jobs_listing(queue: Queue) -> None:
+    ids = queue.enqueue_many([("x", i) for i in range(5)])
+    listed = queue.jobs("pending", offset=1, limit=2)
+    assert [j.id for j in listed] == ids[1:3]
+    counts = queue.counts()
+    assert counts["pending"] == 5 and counts["completed"] == 0
+    assert set(counts) >= {"pending", "active", "schedule", "dead", "completed"}
+
+
+def test_missing_row_keys_stay_isolated(queue: Queue, client: redis.Redis) -> None:
+    other = Queue(client, queue.name + "-b")
+    queue.enqueue("x")
+    assert other.counts()["pending"] == 0
+    assert all(k.startswith(QueueKeys.of(queue.name).prefix)
+               for k in client.scan_iter(match=f"emq:{{{queue.name}}}*"))
