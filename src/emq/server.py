@@ -134,7 +134,8 @@ class EmbeddedServer:
             return Status(True, url, pid, str(self.data_dir), "running")
         if pid and _alive(pid):
             return Status(False, url, pid, str(self.data_dir), f"pid {pid} does not answer")
-        return Status(False, url, None, str(self.data_dir), "stopped (stale pid file)")
+        note = "stopped (stale pid file: its process is gone)" if pid else "stopped"
+        return Status(False, url, None, str(self.data_dir), note)
 
     def url(self) -> str:
         st = self.status()
@@ -193,7 +194,7 @@ class EmbeddedServer:
         state = self._state()
         pid = state.get("pid")
         if not pid or not _alive(pid):
-            self.state_file.unlink(missing_ok=True)
+            self._forget_pid(state)
             return False
         os.kill(pid, signal.SIGTERM)  # the server treats it as SHUTDOWN: AOF is fsynced
         deadline = time.monotonic() + timeout
@@ -201,8 +202,13 @@ class EmbeddedServer:
             time.sleep(0.01)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
-        self.state_file.unlink(missing_ok=True)
+        self._forget_pid(state)
         return True
+
+    def _forget_pid(self, state: dict[str, int]) -> None:
+        """Keep the port (a restart reuses it, so URLs stay valid); drop the pid."""
+        if state:
+            self.state_file.write_text(json.dumps({"port": state["port"], "pid": 0}))
 
     def _read_pid(self) -> int | None:
         try:
