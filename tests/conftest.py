@@ -30,7 +30,9 @@ def _binary(kind: str) -> Path | None:
 
 
 @pytest.fixture(scope="session", params=SERVERS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbeddedServer]:
     kind = request.param
     binary = _binary(kind)
     if binary is None:

@@ -30,7 +30,11 @@ async def test_full_lifecycle(aqueue: AsyncQueue, client: redis.Redis) -> None:
     assert await aqueue.redrive(claimed[1].id)
     counts = await aqueue.counts()
     assert (counts["completed"], counts["pending"], counts["schedule"], counts["dead"]) == (
-        1, 8, 1, 0)
+        1,
+        8,
+        1,
+        0,
+    )
     job = await aqueue.job(ids[5])
     assert job is not None and job.payload == {"i": 5}
     assert len(await aqueue.jobs("pending", 0, 3)) == 3

@@ -27,9 +27,7 @@ def _keys_of(client: redis.Redis, name: str) -> list[str]:
     return list(client.scan_iter(match=f"emq:{{{name}}}:*", count=1000))
 
 
-@pytest.mark.parametrize(
-    "name", ["a{b", "a}b", "with space", "x" * 129, "", "tab\there", "ünï"]
-)
+@pytest.mark.parametrize("name", ["a{b", "a}b", "with space", "x" * 129, "", "tab\there", "ünï"])
 def test_bad_queue_names(url: str, name: str) -> None:
     with pytest.raises(InvalidName, match="queue name"):
         Queue.from_url(url, name)
@@ -64,7 +62,11 @@ CASES: list[tuple[str, type[InvalidInput], Callable[[Queue], Any]]] = [
 
 @pytest.mark.parametrize("label,error,call", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_writes_nothing(
-    queue: Queue, client: redis.Redis, label: str, error: type[Exception], call: Callable[[Queue], Any]
+    queue: Queue,
+    client: redis.Redis,
+    label: str,
+    error: type[Exception],
+    call: Callable[[Queue], Any],
 ) -> None:
     with pytest.raises(error) as info:
         call(queue)

@@ -55,8 +55,17 @@ def test_minter_refuses_without_a_valid_lease() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "JOB", "job0000000000A", "JOB0000000000", "JOB0000000000A0", "JOB00000000-0A", 5,
-            "JOBzzzzzzzzzzz"]
+    "bad",
+    [
+        "",
+        "JOB",
+        "job0000000000A",
+        "JOB0000000000",
+        "JOB0000000000A0",
+        "JOB00000000-0A",
+        5,
+        "JOBzzzzzzzzzzz",
+    ],
 )
 def test_bad_ids_are_refused(bad: object) -> None:
     with pytest.raises(InvalidId):

@@ -72,7 +72,9 @@ def test_lapsed_but_unswept_lease_is_refused_too(queue: Queue, client: redis.Red
     assert queue.sweep_stalled().recovered == [job_id]
 
 
-def test_dead_job_cannot_be_completed_by_its_stale_worker(queue: Queue, client: redis.Redis) -> None:
+def test_dead_job_cannot_be_completed_by_its_stale_worker(
+    queue: Queue, client: redis.Redis
+) -> None:
     """Gap 3: no id left in dead without a row, nor in two sets."""
     job_id = queue.enqueue("x")
     old = queue.claim()[0]

@@ -13,7 +13,9 @@ def _node(job_id: str) -> int:
     return (decode(job_id) >> 12) & 1023
 
 
-def test_each_connection_pool_leases_its_own_node(url: str, qname: str, client: redis.Redis) -> None:
+def test_each_connection_pool_leases_its_own_node(
+    url: str, qname: str, client: redis.Redis
+) -> None:
     a = Queue.from_url(url, qname)
     b = Queue.from_url(url, qname)
     ia, ib = a.enqueue("x"), b.enqueue("x")

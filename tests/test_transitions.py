@@ -8,7 +8,7 @@ import redis
 from emq import Backoff, DuplicateConflict, JobNotFound, JobSpec, Queue, WrongState
 from emq.keys import QueueKeys
 
-from .helpers import assert_consistent, expire_leases, where
+from .helpers import assert_consistent, where
 
 
 def test_enqueue_one_goes_to_pending_with_a_row(queue: Queue, client: redis.Redis) -> None:
@@ -18,7 +18,12 @@ def test_enqueue_one_goes_to_pending_with_a_row(queue: Queue, client: redis.Redi
     job = queue.job(job_id)
     assert job is not None
     assert (job.state, job.name, job.payload, job.priority, job.max_attempts) == (
-        "pending", "send", {"to": "a@b"}, 3, 5)
+        "pending",
+        "send",
+        {"to": "a@b"},
+        3,
+        5,
+    )
     assert (job.attempts, job.stalled, job.token) == (0, 0, 0)
     assert client.zscore(queue.core.keys.pending, job_id) == 3
     assert_consistent(client, queue.name)
@@ -107,7 +112,11 @@ def test_extend_complete_fail_delay(queue: Queue, client: redis.Redis) -> None:
     assert queue.job(c).attempts == 0  # type: ignore[union-attr]
     counts = queue.counts()
     assert (counts["completed"], counts["failed"], counts["schedule"], counts["pending"]) == (
-        1, 1, 1, 1)
+        1,
+        1,
+        1,
+        1,
+    )
     assert_consistent(client, queue.name)
 
 
@@ -207,8 +216,12 @@ def test_remove_from_each_location(queue: Queue, client: redis.Redis) -> None:
     with pytest.raises(JobNotFound):
         queue.remove(p)
     assert queue.extend_many([(a, ca.token)], 1000) == [0]
-    assert_consistent(client, queue.name) == {"pending": set(), "active": set(),
-                                              "schedule": set(), "dead": set()}
+    assert assert_consistent(client, queue.name) == {
+        "pending": set(),
+        "active": set(),
+        "schedule": set(),
+        "dead": set(),
+    }
 
 
 def test_pause_is_checked_inside_claim(queue: Queue) -> None:
@@ -224,7 +237,7 @@ def test_pause_is_checked_inside_claim(queue: Queue) -> None:
 def test_drain_keeps_leased_and_dead(queue: Queue, client: redis.Redis) -> None:
     queue.enqueue_many([("x", i) for i in range(30)])
     queue.enqueue("later", delay_ms=50_000)
-    c1, c2 = queue.claim(count=2)
+    _c1, c2 = queue.claim(count=2)
     queue.fail(c2.id, c2.token, "x", retry=False)
     assert queue.drain(chunk=7) == 29
     counts = queue.counts()
@@ -244,7 +257,9 @@ def test_obliterate_refuses_leased_jobs_then_deletes_everything(
     assert list(client.scan_iter(match=queue.core.keys.prefix + "*")) == []
 
 
-def test_events_are_appended_in_script_and_capped(url: str, qname: str, client: redis.Redis) -> None:
+def test_events_are_appended_in_script_and_capped(
+    url: str, qname: str, client: redis.Redis
+) -> None:
     from emq import QueueOptions
 
     q = Queue.from_url(url, qname, options=QueueOptions(events_maxlen=100))
@@ -277,5 +292,7 @@ def test_missing_row_keys_stay_isolated(queue: Queue, client: redis.Redis) -> No
     other = Queue(client, queue.name + "-b")
     queue.enqueue("x")
     assert other.counts()["pending"] == 0
-    assert all(k.startswith(QueueKeys.of(queue.name).prefix)
-               for k in client.scan_iter(match=f"emq:{{{queue.name}}}*"))
+    assert all(
+        k.startswith(QueueKeys.of(queue.name).prefix)
+        for k in client.scan_iter(match=f"emq:{{{queue.name}}}*")
+    )
