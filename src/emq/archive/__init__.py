@@ -1,0 +1,61 @@
+"""The durable floor of the event stream: archive before trim, object storage, job history.
+
+- :class:`Archive` folds the stream into a :class:`Floor` and only then trims it with
+  ``XTRIM MINID`` at the watermark W (``archiver.py`` documents the cycle).
+- :class:`Floor` is the SQLite archive of one queue (``floor.py`` documents the schema).
+- :func:`ship` / :func:`restore` move closed segments to and from a :class:`LocalDir` or an
+  :class:`S3Bucket`, create-only and compressed, with a manifest each (``storage.py``).
+- :func:`history` / :func:`ahistory` merge the floor and the live tail of one job.
+"""
+
+from .archiver import (
+    PAUSE_POINTS,
+    Archive,
+    ArchiveConflict,
+    CycleResult,
+    Totals,
+    archived_key,
+    lease_key,
+)
+from .floor import SCHEMA_VERSION, Floor, FloorError, Segment, default_path
+from .history import ahistory, history, merge
+from .storage import (
+    LocalDir,
+    RestoreError,
+    RestoreResult,
+    S3Bucket,
+    ShipConflict,
+    ShipResult,
+    Target,
+    open_target,
+    restore,
+    ship,
+)
+
+__all__ = [
+    "PAUSE_POINTS",
+    "SCHEMA_VERSION",
+    "Archive",
+    "ArchiveConflict",
+    "CycleResult",
+    "Floor",
+    "FloorError",
+    "LocalDir",
+    "RestoreError",
+    "RestoreResult",
+    "S3Bucket",
+    "Segment",
+    "ShipConflict",
+    "ShipResult",
+    "Target",
+    "Totals",
+    "ahistory",
+    "archived_key",
+    "default_path",
+    "history",
+    "lease_key",
+    "merge",
+    "open_target",
+    "restore",
+    "ship",
+]

@@ -1,0 +1,301 @@
+"""The archiver: fold the event stream into the floor, and only then trim it.
+
+One cycle, in this order (each step is a named pause point for tests, see ``Hook``):
+
+0. ``claimed``: take or renew the archiver lease ``events:archiver`` (value: the floor's id,
+   so only one floor archives a queue; the same floor reopened after a crash re-takes it at
+   once) and write the floor's W to ``events:archived``. From then on the transition scripts
+   append without trimming: the archiver owns retention. This also repairs a stale cache.
+1. ``read``: ``XRANGE (W +`` in chunks, at most ``batch`` entries.
+2. ``folded``: insert them into the floor and record the new W, in one SQLite transaction,
+   idempotent by stream id.
+3. ``cached``: ``SET events:archived W`` for other readers (it never runs ahead of the floor).
+4. ``trimmed``: ``XTRIM events MINID W`` (exact), inside ``WATCH``/``MULTI`` on the lease.
+
+Why ``MINID`` at W and never ``MAXLEN``: ``MINID W`` removes exactly the ids below W, all of
+which are in the floor, whatever was appended since the read; a ``MAXLEN`` trim after a read
+counts entries, so entries appended meanwhile push unarchived ones out. ``MINID W`` keeps the
+entry W itself: it is already in the floor, and it is the witness of continuity. While the
+archiver alone trims, the stream's first entry is W (or below it, after a crash before the
+trim); a first entry *above* W means something else trimmed (e.g. ``events:archived`` was
+deleted and the scripts' ``MAXLEN`` took over), and the cycle reports that ``gap``. A first
+entry below W that the floor lacks (a recreated stream, a foreign floor) stops the cycle
+before it trims anything.
+
+Crash safety: a crash before step 2 commits leaves the floor as it was (the next cycle reads
+the same slice); after it, the rows and W are on disk, and the next cycle repeats steps 0, 3
+and 4 (re-reading nothing). No step loses an entry and none folds one twice. Deleting
+``events:archived`` while no archiver runs hands retention back to the scripts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+
+from ..errors import EmqError
+from ..events import READ_CHUNK, Event, parse_id, read_range
+from ..keys import QueueKeys
+from ..queue import Queue
+from .floor import Floor, default_path
+
+log = logging.getLogger("emq.archive")
+
+Hook = Callable[[str], None]
+PAUSE_POINTS = ("claimed", "read", "folded", "cached", "trimmed")
+
+
+class ArchiveConflict(EmqError):
+    """Trimming would be unsafe: another floor holds the lease, or the stream holds entries
+    below W that this floor never folded."""
+
+
+def archived_key(keys: QueueKeys) -> str:
+    """``emq:{q}:events:archived``: W cached for readers; while it exists scripts never trim."""
+    return keys.events + ":archived"
+
+
+def lease_key(keys: QueueKeys) -> str:
+    """``emq:{q}:events:archiver``: the floor id of the archiver that owns retention."""
+    return keys.events + ":archiver"
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one cycle did. ``gap`` is ``(W, first id)`` when the stream starts above W."""
+
+    read: int
+    folded: int
+    watermark: str | None
+    trimmed: int
+    gap: tuple[str, str] | None = None
+
+
+@dataclass(slots=True)
+class Totals:
+    cycles: int = 0
+    read: int = 0
+    folded: int = 0
+    trimmed: int = 0
+    gaps: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, r: CycleResult) -> None:
+        self.cycles += 1
+        self.read += r.read
+        self.folded += r.folded
+        self.trimmed += r.trimmed
+        if r.gap:
+            self.gaps.append(r.gap)
+
+
+def open_floor(queue: str, floor: Floor | str | Path | None) -> Floor:
+    if isinstance(floor, Floor):
+        if floor.queue != queue:
+            raise ArchiveConflict(f"{floor!r} is not the floor of queue {queue!r}")
+        return floor
+    return Floor(floor if floor is not None else default_path(queue), queue=queue)
+
+
+class Archive:
+    """Archives one queue's event stream into a floor (see the module doc for the cycle).
+
+    ``batch`` bounds one cycle's read (and its transaction); ``lease_ms`` is how long the
+    lease outlives a stopped archiver before another floor may take over; ``hook`` is called
+    with each pause point's name (tests pause or crash there).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        floor: Floor | str | Path | None = None,
+        *,
+        batch: int = 10_000,
+        chunk: int = READ_CHUNK,
+        lease_ms: int = 60_000,
+        hook: Hook | None = None,
+    ) -> None:
+        if batch < 1 or chunk < 1 or lease_ms < 1:
+            raise EmqError("batch, chunk and lease_ms must be >= 1")
+        self.queue = queue
+        self.client: redis.Redis = queue.client
+        self.keys = queue.core.keys
+        self.floor = open_floor(queue.name, floor)
+        self.batch, self.chunk, self.lease_ms = batch, chunk, lease_ms
+        self.hook = hook
+
+    def _pause(self, point: str) -> None:
+        if self.hook is not None:
+            self.hook(point)
+
+    def cycle(self) -> CycleResult:
+        """One bounded cycle: claim, read above W, fold, cache W, trim ``MINID`` W."""
+        w = self.floor.watermark()
+        self._claim(w)
+        gap = None if w is None else self._check_continuity(w)
+        self._pause("claimed")
+        entries = self._read(w)
+        self._pause("read")
+        folded = self.floor.fold(entries)
+        w = self.floor.watermark()
+        self._pause("folded")
+        trimmed = 0
+        if w is not None:
+            self._cache(w)
+            self._pause("cached")
+            trimmed = self._trim(w)
+        self._pause("trimmed")
+        return CycleResult(len(entries), folded, w, trimmed, gap)
+
+    def catch_up(self, max_cycles: int = 1_000_000) -> Totals:
+        """Run cycles until one reads less than a full batch (the stream is drained above W)."""
+        totals = Totals()
+        for _ in range(max_cycles):
+            r = self.cycle()
+            totals.add(r)
+            if r.read < self.batch:
+                break
+        return totals
+
+    # steps ---------------------------------------------------------------------------------
+
+    def _claim(self, w: str | None) -> None:
+        me = self.floor.floor_id
+        lk = lease_key(self.keys)
+        if not self.client.set(lk, me, nx=True, px=self.lease_ms):
+            holder = cast(str | None, self.client.get(lk))
+            if holder != me:
+                raise ArchiveConflict(
+                    f"queue {self.queue.name!r} is archived by another floor ({holder}); "
+                    f"its lease {lk} lapses {self.lease_ms} ms after that archiver stops"
+                )
+            self.client.pexpire(lk, self.lease_ms)
+        self._cache(w or "0-0")
+
+    def _read(self, w: str | None) -> list[Event]:
+        start = "-" if w is None else "(" + w
+        out: list[Event] = []
+        for event in read_range(self.client, self.keys, start, "+", min(self.chunk, self.batch)):
+            out.append(event)
+            if len(out) >= self.batch:
+                break
+        return out
+
+    def _cache(self, w: str) -> None:
+        self.client.set(archived_key(self.keys), w)
+
+    def _check_continuity(self, w: str) -> tuple[str, str] | None:
+        first = cast(list[Any], self.client.xrange(self.keys.events, "-", "+", count=1))
+        if not first:
+            return None
+        first_id = str(first[0][0])
+        if parse_id(first_id) < parse_id(w) and not self.floor.contains(first_id):
+            raise ArchiveConflict(
+                f"the stream of {self.queue.name!r} starts at {first_id}, below W={w}, with an "
+                "entry this floor never folded (was the stream recreated, or is this floor "
+                "another server's?); refusing to trim"
+            )
+        if parse_id(first_id) > parse_id(w):
+            log.warning("events of %s between %s and %s left the stream without being folded",
+                        self.queue.name, w, first_id)  # fmt: skip
+            return (w, first_id)
+        return None
+
+    def _trim(self, w: str) -> int:
+        lk = lease_key(self.keys)
+        me = self.floor.floor_id
+        with self.client.pipeline(transaction=True) as p:
+            try:
+                p.watch(lk)  # type: ignore[no-untyped-call]
+                if p.get(lk) != me:
+                    raise ArchiveConflict(f"lost the archiver lease {lk} before trimming")
+                p.multi()
+                p.xtrim(self.keys.events, minid=w, approximate=False)
+                p.pexpire(lk, self.lease_ms)
+                trimmed, _ = p.execute()
+            except redis.WatchError:
+                raise ArchiveConflict(f"the archiver lease {lk} changed; not trimming") from None
+        return int(trimmed)
+
+    # the loop and the rest ------------------------------------------------------------------
+
+    def run(
+        self,
+        every_s: float = 1.0,
+        stop: threading.Event | None = None,
+        after_cycle: Callable[[Totals], None] | None = None,
+    ) -> None:
+        """Catch up, call ``after_cycle`` (e.g. ship closed segments), wait ``every_s``; until
+        ``stop`` is set. A connection error is logged and retried on the next tick. On the way
+        out the lease is released (``events:archived`` is kept: retention stays with an
+        archiver until :meth:`release` is called)."""
+        stop = stop or threading.Event()
+        try:
+            while not stop.is_set():
+                try:
+                    totals = self.catch_up()
+                    if after_cycle is not None:
+                        after_cycle(totals)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    log.warning("archive cycle of %s failed, retrying: %s", self.queue.name, exc)
+                stop.wait(every_s)
+        finally:
+            self.release_lease()
+
+    def release_lease(self) -> None:
+        """Give up the lease if this floor holds it, so another floor may take over."""
+        lk = lease_key(self.keys)
+        with self.client.pipeline(transaction=True) as p:
+            try:
+                p.watch(lk)  # type: ignore[no-untyped-call]
+                if p.get(lk) == self.floor.floor_id:
+                    p.multi()
+                    p.delete(lk)
+                    p.execute()
+            except redis.WatchError:
+                pass
+
+    def release(self) -> None:
+        """Stop owning retention: release the lease and delete ``events:archived``, so the
+        transition scripts cap the stream with ``MAXLEN`` again. Only do this once no archiver
+        runs for the queue; events trimmed after this are never folded."""
+        self.release_lease()
+        self.client.delete(archived_key(self.keys))
+
+    def status(self) -> dict[str, Any]:
+        """W, the cached W, the lease holder, the stream's length, first and last ids, the
+        entries above W (``lag``, counted up to ``batch``+1) and the floor's rows."""
+        w = self.floor.watermark()
+        with self.client.pipeline(transaction=True) as p:
+            p.get(archived_key(self.keys))
+            p.get(lease_key(self.keys))
+            p.xlen(self.keys.events)
+            p.xrange(self.keys.events, "-", "+", count=1)
+            p.xrevrange(self.keys.events, "+", "-", count=1)
+            p.xrange(self.keys.events, "-" if w is None else "(" + w, "+", count=self.batch + 1)
+            cached, holder, length, first, last, above = p.execute()
+        segments = self.floor.segments()
+        return {
+            "queue": self.queue.name,
+            "floor": str(self.floor.path),
+            "watermark": w,
+            "cached_watermark": cached,
+            "lease_holder": holder,
+            "this_floor": self.floor.floor_id,
+            "stream_length": int(length),
+            "stream_first": first[0][0] if first else None,
+            "stream_last": last[0][0] if last else None,
+            "lag": len(above),
+            "lag_ms": parse_id(last[0][0])[0] - parse_id(w)[0] if last and w else None,
+            "floor_rows": self.floor.count(),
+            "segments_closed": len(segments),
+            "segments_shipped": sum(1 for s in segments if s.shipped_ms is not None),
+        }
+
+    def close(self) -> None:
+        self.floor.close()
