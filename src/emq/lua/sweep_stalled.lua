@@ -45,15 +45,16 @@ local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, l
 for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
-  if redis.call('EXISTS', row) == 1 then
+  local f = redis.call('HMGET', row, 'attempts', 'priority')
+  if f[1] then
     local stalled = redis.call('HINCRBY', row, 'stalled', 1)
-    local f = redis.call('HMGET', row, 'attempts', 'priority', 'name', 'payload')
     if max_stalled > 0 and stalled >= max_stalled then
       redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       dead[#dead + 1] = id
+      local story = redis.call('HMGET', row, 'name', 'payload')
       emit('event', 'dead', 'job', id, 'attempts', f[1], 'error', 'stalled',
-        'stalled', stalled, 'name', f[3], 'payload', f[4])
+        'stalled', stalled, 'name', story[1], 'payload', story[2])
     else
       redis.call('HSET', row, 'state', 'pending')
       redis.call('ZADD', k_pending, f[2], id)
