@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.asyncio
 
@@ -29,9 +30,13 @@ from .calls import (
 )
 from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
+from .events import Event, aiter_events
 from .ids import check_id
 from .shell import DEFAULT_LEASE_MS, ShellBase, as_spec, expect, lease_candidates, minter_for
 from .states import Location
+
+if TYPE_CHECKING:
+    from .archive.floor import Floor
 
 
 class AsyncQueue(ShellBase):
@@ -226,3 +231,14 @@ class AsyncQueue(ShellBase):
                 p.hgetall(self.core.keys.job(job_id))
             rows = await p.execute()
         return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
+
+    def events(self, after: str = "$") -> AsyncIterator[Event]:
+        """Follow the event stream from ``after`` (see :func:`emq.events.aiter_events`)."""
+        return aiter_events(self.client, self.core.keys, after=after)
+
+    async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
+        """Every event of ``job_id`` in order, floor and live tail merged (see
+        :func:`emq.archive.ahistory`)."""
+        from .archive.history import ahistory
+
+        return await ahistory(self, job_id, floor)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -29,9 +30,13 @@ from .calls import (
 )
 from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
+from .events import Event, iter_events
 from .ids import check_id
 from .shell import DEFAULT_LEASE_MS, ShellBase, as_spec, expect, lease_candidates, minter_for
 from .states import Location
+
+if TYPE_CHECKING:
+    from .archive.floor import Floor
 
 
 class Queue(ShellBase):
@@ -232,3 +237,15 @@ class Queue(ShellBase):
                 p.hgetall(self.core.keys.job(job_id))
             rows = p.execute()
         return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
+
+    def events(self, after: str = "0-0", *, follow: bool = False) -> Iterator[Event]:
+        """The live event stream above ``after`` (see :func:`emq.events.iter_events`)."""
+        return iter_events(self.client, self.core.keys, after=after, follow=follow)
+
+    def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
+        """Every event of ``job_id`` in order, floor and live tail merged with no gap and no
+        duplicate (see :func:`emq.archive.history`); ``floor`` defaults to
+        ``.emq/floor/<queue>.sqlite3``."""
+        from .archive.history import history
+
+        return history(self, job_id, floor)
