@@ -1,0 +1,19 @@
+"""The worker runtime: :class:`Worker`, its options, the job context and ``Permanent``.
+
+See ``docs/worker.md`` for how it runs and ``docs/guarantees.md`` for what it promises.
+"""
+
+from .context import Cancelled, JobContext
+from .options import HandlerSpec, NoRetry, Permanent, WorkerOptions, WorkerStats
+from .runtime import Worker
+
+__all__ = [
+    "Cancelled",
+    "HandlerSpec",
+    "JobContext",
+    "NoRetry",
+    "Permanent",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+]

@@ -1,0 +1,146 @@
+"""Batched acknowledgements: completions and failures gathered for a moment, then sent as one
+``complete`` and one ``fail`` call per queue.
+
+Every outcome is queued by the loop and flushed within ``GATHER_S`` (a couple of ms), so
+acknowledging adds no round trip per job. The heartbeat keeps renewing a lease until its ack
+has landed.
+
+A lost reply: when the connection drops while an ack is in flight, it is re-sent once the
+server is back. If the first send had in fact been applied, the re-send is refused as a lost
+lease. The worker does not guess: it reads the row. For ``complete``, a missing row means the
+job was completed (by this attempt, or by a later run if the lease lapsed meanwhile: either
+way it is completed once, G4), counted as an ``uncertain_ack``. For ``fail``, the row still
+carrying this attempt's token in ``schedule`` or ``dead`` means the fail was applied. Anything
+else is a real ``lease_lost``: the result is discarded and the job runs again elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..async_queue import AsyncQueue
+from .connect import OUTAGE_ERRORS, Outage
+from .execute import Outcome
+from .heartbeat import Lease
+
+GATHER_S = 0.002
+CHUNK = 1_000
+T = TypeVar("T")
+
+
+@dataclass(eq=False, slots=True)
+class Ack:
+    queue: AsyncQueue
+    lease: Lease
+    outcome: Outcome
+
+
+Report = Callable[[Ack, str], None]
+"""Called once per ack with the server's answer: "completed", "scheduled", "dead", "lost"."""
+
+
+class AckBuffer:
+    def __init__(self, outage: Outage, log: logging.Logger, report: Report) -> None:
+        self._outage = outage
+        self._log = log
+        self._report = report
+        self._items: list[Ack] = []
+        self._event = asyncio.Event()
+        self._closing = False
+        self.uncertain = 0
+
+    def put(self, ack: Ack) -> None:
+        ack.lease.finishing = True
+        self._items.append(ack)
+        self._event.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def close(self) -> None:
+        """Flush what is queued, then let :meth:`run` return."""
+        self._closing = True
+        self._event.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._event.wait()
+            await asyncio.sleep(GATHER_S)
+            self._event.clear()
+            batch, self._items = self._items, []
+            if batch:
+                await self.flush(batch)
+            if self._closing and not self._items:
+                return
+
+    async def flush(self, batch: list[Ack]) -> None:
+        groups: dict[tuple[str, str], list[Ack]] = {}
+        for ack in batch:
+            kind = "complete" if ack.outcome.kind == "complete" else "fail"
+            groups.setdefault((ack.queue.name, kind), []).append(ack)
+        for (_, kind), acks in groups.items():
+            for start in range(0, len(acks), CHUNK):
+                await self._send(kind, acks[start : start + CHUNK])
+
+    async def _retry(self, where: str, send: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        retried = False
+        while True:
+            try:
+                result = await send()
+            except OUTAGE_ERRORS as exc:
+                retried = True
+                await asyncio.sleep(self._outage.failed(exc, where))
+                continue
+            self._outage.ok()
+            return result, retried
+
+    async def _send(self, kind: str, acks: list[Ack]) -> None:
+        q = acks[0].queue
+        answers: list[str]
+        if kind == "complete":
+            pairs = [(a.lease.id, a.lease.token) for a in acks]
+            oks, retried = await self._retry("complete", lambda: q.complete_many(pairs))
+            answers = ["completed" if ok else "lost" for ok in oks]
+        else:
+            items = [
+                (a.lease.id, a.lease.token, a.outcome.error, a.outcome.retry, a.outcome.backoff)
+                for a in acks
+            ]
+            answers, retried = await self._retry("fail", lambda: q.fail_many(items))
+        for ack, answer in zip(acks, answers, strict=True):
+            if answer == "lost" and retried:
+                answer = await self._settle(kind, ack)
+            self._report(ack, answer)
+
+    async def _settle(self, kind: str, ack: Ack) -> str:
+        """A re-sent ack was refused: find out from the row whether the first send landed."""
+        q, lease = ack.queue, ack.lease
+        row: Any
+        row, _ = await self._retry(
+            "settle", lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state"])
+        )
+        token, state = row
+        if kind == "complete" and token is None:
+            answer = "completed"
+        elif kind == "fail" and token == str(lease.token) and state in ("scheduled", "dead"):
+            answer = "scheduled" if state == "scheduled" else "dead"
+        else:
+            return "lost"
+        self.uncertain += 1
+        self._log.warning(
+            "an acknowledgement's reply was lost; the row shows it was applied",
+            extra={
+                "emq": {
+                    "event": "uncertain_ack",
+                    "queue": q.name,
+                    "job": lease.id,
+                    "kind": kind,
+                    "settled": answer,
+                }
+            },
+        )
+        return answer

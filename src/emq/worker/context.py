@@ -1,0 +1,98 @@
+"""What a handler sees of its job: :class:`JobContext`.
+
+The context is safe to use from the handler's own thread (sync handlers) or from the event
+loop (async handlers). ``cancelled`` is set when the attempt should stop: its lease was lost,
+its timeout passed, or the worker is shutting down past its grace period. A handler that
+checks it (or calls :meth:`JobContext.heartbeat`) stops early; one that does not simply has
+its result discarded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import EmqError, LeaseLost
+
+
+class Cancelled(EmqError):
+    """Raised by :meth:`JobContext.heartbeat` when the attempt was cancelled (timeout or
+    shutdown); a handler may let it propagate."""
+
+
+class JobContext:
+    """One attempt of one job: its id, attempt number, token, and hooks back to the worker.
+
+    ``attempts`` counts this attempt (1 on the first run). ``stalled`` is how many times the
+    job's lease has lapsed before. ``token`` is the lease token that fences finishing calls.
+    """
+
+    __slots__ = (
+        "_beat",
+        "_why",
+        "attempts",
+        "cancelled",
+        "id",
+        "lost",
+        "name",
+        "progress",
+        "queue",
+        "stalled",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        id: str,
+        name: str,
+        token: int,
+        attempts: int,
+        stalled: int,
+        beat: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.id = id
+        self.name = name
+        self.token = token
+        self.attempts = attempts
+        self.stalled = stalled
+        self.progress: Any = None
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+        self._beat = beat
+        self._why = ""
+
+    @property
+    def cancel_reason(self) -> str:
+        """Why ``cancelled`` is set: ``lease_lost``, ``timeout`` or ``shutdown`` ("" if not)."""
+        return self._why
+
+    def cancel(self, why: str) -> None:
+        """Set by the worker; handlers do not call this."""
+        if not self.cancelled.is_set():
+            self._why = why
+        if why == "lease_lost":
+            self.lost.set()
+        self.cancelled.set()
+
+    def heartbeat(self, progress: Any = None) -> None:
+        """Record ``progress`` (kept locally and logged) and ask the worker's heartbeat to
+        renew this lease now, without waiting for its next beat. Never blocks on the server.
+
+        Raises :class:`~emq.errors.LeaseLost` once the server has refused this lease (the
+        job may already run elsewhere; stop and let the result be discarded), or
+        :class:`Cancelled` once the attempt timed out or the worker is shutting down.
+        """
+        if progress is not None:
+            self.progress = progress
+        if self.lost.is_set():
+            raise LeaseLost(f"the lease on {self.id} (token {self.token}) was lost")
+        if self.cancelled.is_set():
+            raise Cancelled(f"attempt {self.attempts} of {self.id} was cancelled: {self._why}")
+        self._beat()
+
+    def __repr__(self) -> str:
+        return f"JobContext({self.queue}/{self.id} {self.name} attempt={self.attempts})"

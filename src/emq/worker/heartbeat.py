@@ -1,0 +1,144 @@
+"""The lease heartbeat: a dedicated thread with its own sync connection.
+
+Why a thread and not a task on the event loop: an async handler that blocks the loop, or a
+flood of callbacks, would delay a loop task; the thread does not depend on the loop at all.
+What still binds it is the GIL: the interpreter hands the GIL to a waiting thread every
+``sys.getswitchinterval()`` (5 ms) while Python code runs, so a pure-Python busy handler
+delays a beat by milliseconds; but C code that holds the GIL without releasing it (a long
+``re`` match, ``sum(range(10**9))``, many C extensions) stops every thread of the process until
+it returns. The bound, measured and documented in ``docs/worker.md``: a beat is late by at
+most the longest GIL hold in the process plus a few switch intervals, and a lease lapses only
+if that exceeds ``lease_ms - heartbeat_ms``. Run GIL-holding code in another process.
+
+Each beat extends every held lease of a queue in one ``extend`` call (chunks of 1,000). A
+lease the server refuses (0) is reported once through ``on_lost`` and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..queue import Queue
+from .connect import OUTAGE_ERRORS, Outage
+
+CHUNK = 1_000
+
+
+@dataclass(eq=False, slots=True)
+class Lease:
+    """A lease this worker holds. ``finishing`` is set once its outcome is queued for the
+    server: it is still renewed (until the ack lands) but a refusal is then left to the ack."""
+
+    queue: str
+    id: str
+    token: int
+    finishing: bool = False
+    dropped: bool = False
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+class Heartbeat:
+    """Renews held leases every ``interval_s`` from its own thread."""
+
+    def __init__(
+        self,
+        queues: dict[str, Queue],
+        *,
+        lease_ms: int,
+        interval_s: float,
+        on_lost: Callable[[Lease], None],
+        outage: Outage,
+        log: logging.Logger,
+    ) -> None:
+        self._queues = queues
+        self._lease_ms = lease_ms
+        self._interval = interval_s
+        self._on_lost = on_lost
+        self._outage = outage
+        self._log = log
+        self._leases: dict[tuple[str, str], Lease] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="emq-heartbeat", daemon=True)
+        self.beats = 0
+        self.max_late_s = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop beating (leases still held will lapse) and join the thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[(lease.queue, lease.id)] = lease
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            lease.dropped = True
+            if self._leases.get((lease.queue, lease.id)) is lease:
+                del self._leases[(lease.queue, lease.id)]
+
+    def beat_now(self) -> None:
+        """Ask for a beat as soon as the thread can run (never blocks)."""
+        self._wake.set()
+
+    def held(self) -> int:
+        with self._lock:
+            return len(self._leases)
+
+    def _run(self) -> None:
+        due = time.monotonic() + self._interval
+        while not self._stop.is_set():
+            woken = self._wake.wait(max(0.0, due - time.monotonic()))
+            if self._stop.is_set():
+                return
+            now = time.monotonic()
+            if not woken:
+                self.max_late_s = max(self.max_late_s, now - due)
+            self._wake.clear()
+            ok = self.beat()
+            # while the server is away, try again sooner than a full period
+            due = now + (self._interval if ok else min(self._interval, 0.25))
+
+    def beat(self) -> bool:
+        """Extend every held lease once; False if the server could not be reached."""
+        with self._lock:
+            snapshot = list(self._leases.values())
+        by_queue: dict[str, list[Lease]] = {}
+        for lease in snapshot:
+            by_queue.setdefault(lease.queue, []).append(lease)
+        for name, leases in by_queue.items():
+            for start in range(0, len(leases), CHUNK):
+                chunk = leases[start : start + CHUNK]
+                try:
+                    deadlines = self._queues[name].extend_many(
+                        [(x.id, x.token) for x in chunk], self._lease_ms
+                    )
+                except OUTAGE_ERRORS as exc:
+                    self._outage.failed(exc, "heartbeat")
+                    return False
+                self._outage.ok()
+                for lease, deadline in zip(chunk, deadlines, strict=True):
+                    if deadline == 0:
+                        self._refused(lease)
+        self.beats += 1
+        return True
+
+    def _refused(self, lease: Lease) -> None:
+        with self._lock:
+            if lease.dropped or lease.finishing:
+                return  # finished meanwhile: the ack's own reply is authoritative
+            self._leases.pop((lease.queue, lease.id), None)
+            lease.dropped = True
+        lease.lost.set()
+        self._on_lost(lease)

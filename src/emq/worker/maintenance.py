@@ -1,0 +1,89 @@
+"""The maintenance beat every worker runs: ``promote`` and the stalled sweep.
+
+Each beat promotes due scheduled jobs (so they wake parked workers; ``claim`` promotes by
+itself too). Every ``stalled_interval_ms`` the worker tries to take the queue's
+``stalled-check`` key with ``SET NX PX stalled_interval_ms``; only the taker sweeps, so a fleet
+runs about one sweep per interval. The guard is an optimisation: two sweeps that do overlap
+are still exact (G2), because the sweep is one script. The sweep is the only recovery path:
+an expired lease goes back to ``pending``, or to ``dead`` once it has stalled ``max_stalled``
+times, counted in-script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+from ..async_queue import AsyncQueue
+from .connect import OUTAGE_ERRORS, Outage
+from .options import WorkerOptions, WorkerStats
+
+
+class Maintenance:
+    def __init__(
+        self,
+        queues: Sequence[AsyncQueue],
+        options: WorkerOptions,
+        stats: WorkerStats,
+        outage: Outage,
+        log: logging.Logger,
+    ) -> None:
+        self._queues = queues
+        self._opts = options
+        self._stats = stats
+        self._outage = outage
+        self._log = log
+        self._owner = uuid.uuid4().hex[:12]
+        self._next_sweep = 0.0
+
+    @property
+    def period_s(self) -> float:
+        return min(self._opts.stalled_interval_ms, 1_000) / 1000
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Beat until ``stop`` is set. Server errors are logged (once per outage) and the
+        beat simply tries again next period."""
+        while not stop.is_set():
+            try:
+                await self.beat()
+                self._outage.ok()
+            except OUTAGE_ERRORS as exc:
+                self._outage.failed(exc, "maintenance")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.period_s)
+
+    async def beat(self) -> None:
+        for q in self._queues:
+            await q.promote(1000)
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + self._opts.stalled_interval_ms / 1000
+        for q in self._queues:
+            await self.sweep(q)
+
+    async def sweep(self, q: AsyncQueue) -> bool:
+        """Sweep ``q`` if this worker takes the ``stalled-check`` guard; True if it swept."""
+        taken = await q.client.set(
+            q.core.keys.stalled_check, self._owner, nx=True, px=self._opts.stalled_interval_ms
+        )
+        if not taken:
+            return False
+        result = await q.sweep_all(self._opts.max_stalled, self._opts.sweep_limit)
+        self._stats.sweeps += 1
+        self._stats.recovered += len(result.recovered)
+        self._stats.swept_dead += len(result.dead)
+        for job_id in result.recovered:
+            self._log.warning(
+                "stalled job recovered to pending",
+                extra={"emq": {"event": "recovered", "queue": q.name, "job": job_id}},
+            )
+        for job_id in result.dead:
+            self._log.warning(
+                "stalled job dead-lettered (max_stalled reached)",
+                extra={"emq": {"event": "stalled_dead", "queue": q.name, "job": job_id}},
+            )
+        return True

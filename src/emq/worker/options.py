@@ -1,0 +1,166 @@
+"""Worker settings, handler registrations and counters: plain data, no I/O.
+
+:class:`WorkerOptions` is a frozen, keyword-only dataclass validated on construction, like the
+rest of emq's config. A :class:`HandlerSpec` is one registered handler with its own retry
+policy; a job's own ``max_attempts`` (set at enqueue) is enforced by ``fail.lua`` and the
+handler's, when given, by the worker: the smaller one wins.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Backoff
+from ..errors import EmqError, InvalidOption
+
+Handler = Callable[..., Any]
+"""``handler(payload, ctx)`` or ``handler(payload)``; sync or ``async def``."""
+
+
+class Permanent(EmqError):
+    """Raise from a handler to fail the job with no retry: it goes straight to ``dead``
+    (``fail`` with ``retry=False``), whatever attempts remain. ``NoRetry`` is an alias."""
+
+
+NoRetry = Permanent
+
+
+def _check_ms(name: str, value: int | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"{name} must be an integer number of ms, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidOption(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerOptions:
+    """How a :class:`~emq.worker.Worker` runs.
+
+    ``concurrency``: handlers running at once. ``prefetch``: extra jobs claimed ahead and held
+    (leased, heartbeated) until a slot frees; on shutdown they are given back unspent.
+    ``lease_ms``: the lease taken by a claim and renewed by every heartbeat, which beats every
+    ``heartbeat_ms`` (default ``lease_ms // 3``). ``stalled_interval_ms``: how often the fleet
+    sweeps expired leases (guarded by ``stalled-check``); ``max_stalled``: the stall count at
+    which the sweep dead-letters a job. ``timeout_ms``: the default hard limit of one attempt
+    (None: no limit). ``grace_ms``: how long a graceful shutdown waits for running handlers.
+    ``poll_ms``: the longest a parked worker waits on the wake list before it claims again.
+    ``burst``: return once nothing is claimable and nothing runs.
+    """
+
+    concurrency: int = 10
+    prefetch: int = 0
+    lease_ms: int = 30_000
+    heartbeat_ms: int | None = None
+    stalled_interval_ms: int = 5_000
+    max_stalled: int = 2
+    sweep_limit: int = 100
+    timeout_ms: int | None = 300_000
+    grace_ms: int = 30_000
+    poll_ms: int = 1_000
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+    burst: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "lease_ms", "stalled_interval_ms", "sweep_limit", "poll_ms"):
+            _check_ms(name, getattr(self, name))
+        for name in ("prefetch", "max_stalled", "grace_ms"):
+            _check_ms(name, getattr(self, name), allow_zero=True)
+        _check_ms("heartbeat_ms", self.heartbeat_ms)
+        _check_ms("timeout_ms", self.timeout_ms)
+        _check_ms("max_attempts", self.max_attempts)
+        if self.concurrency > 1000 or self.prefetch > 1000:
+            raise InvalidOption("concurrency and prefetch must each be at most 1000")
+        if self.lease_ms < 100:
+            raise InvalidOption(f"lease_ms must be at least 100, got {self.lease_ms}")
+        if self.heartbeat_ms is not None and self.heartbeat_ms * 2 > self.lease_ms:
+            raise InvalidOption(
+                f"heartbeat_ms ({self.heartbeat_ms}) must be at most half of lease_ms "
+                f"({self.lease_ms}) so a lease is renewed well before it lapses"
+            )
+
+    @property
+    def beat_ms(self) -> int:
+        """The heartbeat period: ``heartbeat_ms`` or a third of the lease."""
+        return self.heartbeat_ms or max(1, self.lease_ms // 3)
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """One registered handler. ``None`` fields fall back to the worker's options."""
+
+    name: str
+    fn: Handler
+    is_async: bool
+    takes_ctx: bool
+    max_attempts: int | None = None
+    timeout_ms: int | None = None
+    backoff: Backoff | None = None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        fn: Handler,
+        *,
+        max_attempts: int | None = None,
+        timeout_ms: int | None = None,
+        backoff: Backoff | None = None,
+    ) -> HandlerSpec:
+        if not callable(fn):
+            raise InvalidOption(f"handler for {name!r} is not callable: {fn!r}")
+        _check_ms("max_attempts", max_attempts)
+        _check_ms("timeout_ms", timeout_ms)
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
+        )
+        return cls(name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff)
+
+    def call(self, payload: Any, ctx: Any) -> Any:
+        return self.fn(payload, ctx) if self.takes_ctx else self.fn(payload)
+
+    def acall(self, payload: Any, ctx: Any) -> Awaitable[Any]:
+        return self.call(payload, ctx)  # type: ignore[no-any-return]
+
+
+def _takes_ctx(fn: Handler) -> bool:
+    """True unless the handler accepts exactly one positional argument (the payload)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one worker run (this process only; the queue's own totals are in
+    ``Queue.counts()``)."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead: int = 0
+    lease_lost: int = 0
+    timeouts: int = 0
+    given_back: int = 0
+    recovered: int = 0
+    swept_dead: int = 0
+    sweeps: int = 0
+    outages: int = 0
+    uncertain_acks: int = 0
+    heartbeats: int = 0
+    heartbeat_max_late_ms: float = 0.0
+    lost_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        fields = self.__dataclass_fields__
+        return {name: getattr(self, name) for name in fields if name != "lost_ids"}

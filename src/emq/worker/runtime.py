@@ -1,0 +1,213 @@
+"""The :class:`Worker`: the public face of the runtime.
+
+What runs where: the event loop claims, dispatches and acknowledges (:mod:`.runner`); async
+handlers run on it; sync handlers run in a pool of ``concurrency`` threads; leases are renewed
+by a dedicated heartbeat thread on its own connection (:mod:`.heartbeat`, which states the
+bound a GIL-holding handler puts on it); the maintenance beat promotes and sweeps
+(:mod:`.maintenance`); a stop drains (:mod:`.shutdown`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from ..async_queue import AsyncQueue
+from ..config import Backoff, QueueOptions
+from ..errors import InvalidOption
+from ..queue import Queue
+from .connect import ClientFactory
+from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
+from .runner import Runner
+from .shutdown import drain
+
+F = TypeVar("F", bound=Handler)
+QueueLike = str | Queue | AsyncQueue
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Worker:
+    """Runs handlers for the jobs of one or more queues.
+
+    ``queues``: a queue name (with ``url``), a :class:`~emq.Queue` or :class:`~emq.AsyncQueue`
+    (the worker opens its own connections to the same server), or a list of them (all on one
+    server). ``handlers``: job name -> ``handler(payload, ctx)`` or ``handler(payload)``,
+    sync or ``async def``; more can be added with :meth:`handler` or :meth:`register`.
+    ``concurrency`` and ``lease_ms`` override the same fields of ``options``.
+
+    Guarantees: a job runs at least once, and only the attempt that holds its lease can
+    acknowledge it; a job whose worker dies or outlives its lease is recovered by the sweep
+    and runs again (``docs/guarantees.md`` says exactly when). A graceful stop gives back the
+    jobs it claimed but did not start without spending an attempt.
+    """
+
+    def __init__(
+        self,
+        queues: QueueLike | Iterable[QueueLike],
+        handlers: Mapping[str, Handler] | None = None,
+        *,
+        url: str | None = None,
+        options: WorkerOptions | None = None,
+        concurrency: int | None = None,
+        lease_ms: int | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        items = [queues] if isinstance(queues, str | Queue | AsyncQueue) else list(queues)
+        if not items:
+            raise InvalidOption("a worker needs at least one queue")
+        self._targets: list[QueueLike] = items
+        self.url = url
+        self.options = options or WorkerOptions()
+        self.configure(concurrency=concurrency, lease_ms=lease_ms)
+        self.handlers: dict[str, HandlerSpec] = {}
+        for name, fn in (handlers or {}).items():
+            self.register(name, fn)
+        self.log = logger or logging.getLogger("emq.worker")
+        self.stats = WorkerStats()
+        self.forced = False
+        self._runner: Runner | None = None
+
+    def configure(self, **changes: Any) -> None:
+        """Replace fields of :attr:`options` (``None`` values are ignored); validated."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        if given:
+            self.options = dataclasses.replace(self.options, **given)
+
+    def register(
+        self,
+        name: str,
+        fn: Handler,
+        *,
+        max_attempts: int | None = None,
+        timeout_ms: int | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        """Register ``fn`` for jobs named ``name``, with an optional retry policy of its own:
+        ``max_attempts`` (the job's own, set at enqueue, also applies: the smaller wins),
+        ``timeout_ms`` (hard limit of one attempt), ``backoff`` (delay before a retry)."""
+        self.handlers[name] = HandlerSpec.of(
+            name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff
+        )
+
+    def handler(
+        self,
+        name: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        timeout_ms: int | None = None,
+        backoff: Backoff | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: ``@worker.handler("send")``; the name defaults to the function's."""
+
+        def deco(fn: F) -> F:
+            self.register(
+                name or fn.__name__,
+                fn,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                backoff=backoff,
+            )
+            return fn
+
+        return deco
+
+    @property
+    def queue_names(self) -> list[str]:
+        return [t if isinstance(t, str) else t.name for t in self._targets]
+
+    def stop(self) -> None:
+        """Ask for a graceful stop; safe from any thread."""
+        runner = self._runner
+        if runner is not None:
+            with contextlib.suppress(RuntimeError):
+                runner.loop.call_soon_threadsafe(runner.stop.set)
+
+    def run_sync(self, *, handle_signals: bool = True) -> None:
+        """Run in a new event loop until stopped (or, in burst mode, until idle)."""
+        asyncio.run(self.run(handle_signals=handle_signals))
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Run until :meth:`stop`, SIGTERM/SIGINT (with ``handle_signals``), or, in burst
+        mode, until nothing is claimable and nothing is held. A second signal stops at once:
+        held leases are left to lapse and the sweep recovers those jobs (``forced`` is set).
+        """
+        run = self._runner = Runner(
+            self._factory(),
+            self._queue_options(),
+            self.handlers,
+            self.options,
+            self.stats,
+            self.log,
+        )
+        main = asyncio.current_task()
+        signals = handle_signals and threading.current_thread() is threading.main_thread()
+        if signals and main is not None:
+            for sig in SIGNALS:
+                run.loop.add_signal_handler(sig, self._on_signal, sig, main)
+        run.hb.start()
+        beat = asyncio.create_task(run.beat.run(run.stop), name="emq-beat")
+        flusher = asyncio.create_task(run.acks.run(), name="emq-acks")
+        o = self.options
+        run.event(
+            "info",
+            "worker started",
+            "started",
+            queues=self.queue_names,
+            concurrency=o.concurrency,
+            lease_ms=o.lease_ms,
+            handlers=sorted(self.handlers),
+        )
+        try:
+            await run.claim_loop()
+            await drain(run, flusher)
+        except asyncio.CancelledError:
+            if not self.forced:
+                raise
+        finally:
+            run.stop.set()
+            run.hb.stop()
+            for task in (beat, flusher, *(j.task for j in run.jobs if j.task)):
+                task.cancel()
+            await asyncio.gather(beat, flusher, return_exceptions=True)
+            await run.close()
+            if signals:
+                for sig in SIGNALS:
+                    run.loop.remove_signal_handler(sig)
+            run.event(
+                "info", "worker stopped", "stopped", forced=self.forced, **self.stats.as_dict()
+            )
+
+    def _on_signal(self, sig: signal.Signals, main: asyncio.Task[Any]) -> None:
+        run = self._runner
+        if run is None:
+            return
+        if run.stop.is_set():
+            self.forced = True
+            run.event("warning", "second signal: stopping now", "forced", signal=sig.name)
+            main.cancel()
+        else:
+            run.event("info", "stopping gracefully", "stopping", signal=sig.name)
+            run.stop.set()
+
+    def _factory(self) -> ClientFactory:
+        first = self._targets[0]
+        if isinstance(first, str):
+            if self.url is None:
+                raise InvalidOption("a worker given queue names needs url= (or Queue objects)")
+            return ClientFactory(url=self.url)
+        return ClientFactory(like=first.client)
+
+    def _queue_options(self) -> dict[str, QueueOptions]:
+        out: dict[str, QueueOptions] = {}
+        for t in self._targets:
+            if isinstance(t, str):
+                out[t] = QueueOptions()
+            else:
+                out[t.name] = t.core.options
+        return out
