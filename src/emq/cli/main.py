@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import demo, queue_cmds, server_cmds
+from . import archive_cmds, demo, queue_cmds, server_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +17,7 @@ def cli() -> None:
 server_cmds.register(cli)
 queue_cmds.register(cli)
 demo.register(cli)
+archive_cmds.register(cli)
 
 
 def main() -> None:
