@@ -254,7 +254,8 @@ def test_obliterate_refuses_leased_jobs_then_deletes_everything(
     with pytest.raises(WrongState):
         queue.obliterate()
     assert queue.obliterate(force=True, chunk=9) == 41
-    assert list(client.scan_iter(match=queue.core.keys.prefix + "*")) == []
+    left = list(client.scan_iter(match=queue.core.keys.prefix + "*"))
+    assert all(":claim:" in k and client.pttl(k) > 0 for k in left), "only expiring claim replies"
 
 
 def test_events_are_appended_in_script_and_capped(
@@ -296,3 +297,25 @@ def test_missing_row_keys_stay_isolated(queue: Queue, client: redis.Redis) -> No
         k.startswith(QueueKeys.of(queue.name).prefix)
         for k in client.scan_iter(match=f"emq:{{{queue.name}}}*")
     )
+
+
+def test_a_resent_claim_returns_the_same_jobs(queue: Queue, client: redis.Redis) -> None:
+    """A claim whose reply was lost and is sent again (same request id) leases nothing more."""
+    from emq import scripts
+
+    queue.enqueue_many([("x", i) for i in range(5)])
+    call = queue.core.claim(2, 30_000, request="req-1")
+    first = call.decode(scripts.run(client, call.script, call.keys, call.args))
+    again = call.decode(scripts.run(client, call.script, call.keys, call.args))
+    assert first == again and len(first) == 2
+    assert queue.counts()["active"] == 2 and queue.counts()["pending"] == 3
+    other = queue.claim(count=2)
+    assert {c.id for c in other}.isdisjoint({c.id for c in first})
+
+
+def test_completing_a_gone_row_is_not_a_lease_lost_event(queue: Queue, client: redis.Redis) -> None:
+    job_id = queue.enqueue("x")
+    c = queue.claim()[0]
+    queue.complete(job_id, c.token)
+    assert queue.complete_many([(job_id, c.token)]) == [False]
+    assert [f["event"] for _, f in client.xrange(queue.core.keys.events)][-1] == "completed"

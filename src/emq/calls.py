@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -191,14 +192,17 @@ class QueueCore:
         k = self.keys
         return Call("enqueue", [k.pending, k.schedule, k.events, k.wake], args, _decode_enqueued)
 
-    def claim(self, count: int, lease_ms: int) -> Call[list[Claimed]]:
+    def claim(self, count: int, lease_ms: int, request: str | None = None) -> Call[list[Claimed]]:
+        """``request`` names the call so a resend after a lost reply (redis-py retries on
+        connection errors) returns the same jobs instead of leasing more; a fresh one by
+        default."""
         _int_option("count", count, 1, MAX_BATCH)
         _int_option("lease_ms", lease_ms, 1, 86_400_000)
         k = self.keys
         return Call(
             "claim",
             [k.pending, k.active, k.schedule, k.meta, k.events],
-            [k.prefix, self._maxlen, count, lease_ms],
+            [k.prefix, self._maxlen, count, lease_ms, request or uuid.uuid4().hex],
             _decode_claimed,
         )
 

@@ -4,7 +4,9 @@
 -- promoted first, so a retry's backoff ends on time without a separate beat. Safety belt:
 -- the pause flag is read here, inside the same step as the pop (a paused queue returns no
 -- jobs, not an error); attempts and token are bumped with HINCRBY, never written by a
--- client; the lease deadline is now + lease_ms on the server clock.
+-- client; the lease deadline is now + lease_ms on the server clock. A call carrying a
+-- request id stores its reply for lease_ms: a resend of the same call (a retry after a lost
+-- reply) gets the same jobs back instead of leasing more and stranding the first ones.
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
 -- KEYS[2] active     ZSET    leased jobs, score = lease deadline ms
@@ -15,10 +17,11 @@
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] count      integer most jobs to lease, 1..1000
 -- ARGV[4] lease_ms   integer lease length in ms, > 0
+-- ARGV[5] request    string  the call's request id, '' for none
 -- Returns: flat array: deadline ms, then per job: id, token, attempts, stalled, name, payload
 --          (just the deadline when paused or empty)
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -28,12 +31,19 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
+local request = ARGV[5]
 
 -- events are trimmed here unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
 local function emit(...)
   if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
   elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+end
+
+local k_reply = prefix .. 'claim:' .. request
+if request ~= '' then
+  local stored = redis.call('GET', k_reply)
+  if stored then return cjson.decode(stored) end
 end
 
 local t = redis.call('TIME')
@@ -72,5 +82,8 @@ for i = 1, #popped, 2 do
     out[#out + 1] = f[3]
     emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
   end
+end
+if request ~= '' and #out > 1 then
+  redis.call('SET', k_reply, cjson.encode(out), 'PX', lease_ms)
 end
 return out

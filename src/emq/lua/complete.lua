@@ -11,7 +11,8 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3..] (id, token)*  one pair per job
--- Returns: array, per job: 1 completed | 0 lease lost (a lease_lost event is appended)
+-- Returns: array, per job: 1 completed | 0 lease lost (a lease_lost event is appended) |
+--   -1 no row: already completed (a resent call whose first reply was lost) or removed
 -- Errors: none
 -- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -36,7 +37,9 @@ for i = 3, #ARGV, 2 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup')
-  if score and tonumber(score) > now and f[1] == token then
+  if not f[1] then
+    out[#out + 1] = -1
+  elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
       redis.call('DEL', prefix .. 'de:' .. f[3])
