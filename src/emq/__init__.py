@@ -25,6 +25,7 @@ from .errors import (
 )
 from .queue import Queue
 from .states import JobState, Location
+from .worker import JobContext, NoRetry, Permanent, Worker, WorkerOptions
 
 __all__ = [
     "AsyncQueue",
@@ -40,16 +41,21 @@ __all__ = [
     "InvalidPayload",
     "InvalidUrl",
     "Job",
+    "JobContext",
     "JobNotFound",
     "JobSpec",
     "JobState",
     "LeaseLost",
     "Location",
+    "NoRetry",
+    "Permanent",
     "Queue",
     "QueueOptions",
     "ScriptError",
     "ServerError",
     "SweepResult",
+    "Worker",
+    "WorkerOptions",
     "WrongState",
 ]
 

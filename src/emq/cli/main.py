@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import archive_cmds, demo, queue_cmds, server_cmds
+from . import archive_cmds, demo, queue_cmds, server_cmds, worker_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +18,7 @@ server_cmds.register(cli)
 queue_cmds.register(cli)
 demo.register(cli)
 archive_cmds.register(cli)
+worker_cmd.register(cli)
 
 
 def main() -> None:

@@ -1,0 +1,161 @@
+"""``emq worker module:attr``: run a :class:`~emq.worker.Worker` from an import string.
+
+``attr`` is a ``Worker`` or a mapping of job names to handlers (then ``--queue`` names the
+queues, default ``default``). Logs are structured: one JSON object per line on stderr (or
+``--log-format text``). Exit codes: 0 after a graceful stop or a finished ``--burst`` run,
+2 for bad usage (import string, options), 130 after a second signal forced the exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from ..errors import InvalidOption
+from ..worker import Worker
+from .common import err_console, handle_errors, resolve_url, url_option
+
+STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, msg, then the record's ``emq`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,
+        }
+        out.update(getattr(record, "emq", {}))
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level event: msg key=value ...``"""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = dict(getattr(record, "emq", {}))
+        event = fields.pop("event", record.name)
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        pairs = " ".join(f"{k}={v}" for k, v in fields.items())
+        line = f"{stamp} {record.levelname.lower():7} {event}: {record.getMessage()} {pairs}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line.rstrip()
+
+
+def load_target(spec: str) -> Worker | Mapping[str, Any]:
+    """Import ``module:attr`` (the current directory is importable, as with ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidOption(f"expected module:attr (e.g. myapp.tasks:worker), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidOption(f"cannot import {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InvalidOption(f"{module_name!r} has no attribute {attr!r}") from None
+    if isinstance(target, Worker | Mapping):
+        return target
+    raise InvalidOption(f"{spec} is a {type(target).__name__}; expected a Worker or a mapping")
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger("emq")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+@click.command("worker")
+@click.argument("target", metavar="MODULE:ATTR")
+@click.option("--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable).")
+@click.option("--concurrency", "-c", type=int, default=None, help="Handlers at once (10).")
+@click.option("--lease-ms", type=int, default=None, help="Lease length in ms (30000).")
+@click.option("--prefetch", type=int, default=None, help="Extra jobs claimed ahead (0).")
+@click.option("--burst", is_flag=True, help="Exit 0 once nothing is pending or running.")
+@click.option("--stalled-interval-ms", type=int, default=None, help="Sweep period (5000).")
+@click.option("--max-stalled", type=int, default=None, help="Stalls before dead (2).")
+@click.option("--grace-ms", type=int, default=None, help="Shutdown grace period (30000).")
+@click.option("--timeout-ms", type=int, default=None, help="Default attempt timeout (300000).")
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
+@url_option
+@handle_errors
+def worker(
+    target: str,
+    queues: tuple[str, ...],
+    concurrency: int | None,
+    lease_ms: int | None,
+    prefetch: int | None,
+    burst: bool,
+    stalled_interval_ms: int | None,
+    max_stalled: int | None,
+    grace_ms: int | None,
+    timeout_ms: int | None,
+    log_format: str,
+    log_level: str,
+    url: str | None,
+) -> None:
+    """Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.
+
+    A first signal stops claiming, gives back unstarted jobs and lets running ones finish
+    (up to the grace period); a second one exits at once.
+    """
+    setup_logging(log_format, log_level)
+    loaded = load_target(target)
+    if isinstance(loaded, Worker):
+        w = loaded
+        if queues:
+            raise InvalidOption("--queue cannot be used with a Worker (it names its queues)")
+    else:
+        w = Worker(list(queues) or ["default"], loaded)
+    if w.url is None and w.needs_url:
+        w.url = resolve_url(url)
+    w.configure(
+        concurrency=concurrency,
+        lease_ms=lease_ms,
+        prefetch=prefetch,
+        burst=burst or None,
+        stalled_interval_ms=stalled_interval_ms,
+        max_stalled=max_stalled,
+        grace_ms=grace_ms,
+        timeout_ms=timeout_ms,
+    )
+    w.run_sync(handle_signals=True)
+    code = 130 if w.forced else 0
+    busy = [t for t in threading.enumerate() if t.name.startswith("emq-handler") and t.is_alive()]
+    if w.forced or busy:
+        if busy and not w.forced:
+            err_console.print(f"{len(busy)} handler thread(s) still running; exiting anyway")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker)
