@@ -269,7 +269,7 @@ class Archive:
 
     def status(self) -> dict[str, Any]:
         """W, the cached W, the lease holder, the stream's length, first and last ids, the
-        entries above W (``lag``, counted up to ``batch``+1) and the floor's rows."""
+        entries above W (``lag``) and how far behind in ms, the floor's rows and segments."""
         w = self.floor.watermark()
         with self.client.pipeline(transaction=True) as p:
             p.get(archived_key(self.keys))
@@ -277,8 +277,9 @@ class Archive:
             p.xlen(self.keys.events)
             p.xrange(self.keys.events, "-", "+", count=1)
             p.xrevrange(self.keys.events, "+", "-", count=1)
-            p.xrange(self.keys.events, "-" if w is None else "(" + w, "+", count=self.batch + 1)
-            cached, holder, length, first, last, above = p.execute()
+            cached, holder, length, first, last = p.execute()
+        # entries at or below W still in the stream: just W after a trim, at most a batch more
+        below = len(cast(list[Any], self.client.xrange(self.keys.events, "-", w))) if w else 0
         segments = self.floor.segments()
         return {
             "queue": self.queue.name,
@@ -290,7 +291,7 @@ class Archive:
             "stream_length": int(length),
             "stream_first": first[0][0] if first else None,
             "stream_last": last[0][0] if last else None,
-            "lag": len(above),
+            "lag": int(length) - below,
             "lag_ms": parse_id(last[0][0])[0] - parse_id(w)[0] if last and w else None,
             "floor_rows": self.floor.count(),
             "segments_closed": len(segments),
