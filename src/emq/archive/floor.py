@@ -100,6 +100,16 @@ class Floor:
         self.path = Path(path)
         self.queue = check_queue_name(queue)
         self._lock = threading.Lock()
+        try:
+            self._connect(readonly)
+        except BaseException as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            if isinstance(exc, OSError | sqlite3.Error):
+                raise FloorError(f"cannot open the floor {self.path}: {exc}") from None
+            raise
+
+    def _connect(self, readonly: bool) -> None:
         if readonly:
             uri = self.path.absolute().as_uri() + "?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)

@@ -1,0 +1,186 @@
+"""The event stream as a contract: every ``emit(...)`` in every script matches
+``emq.events.EVENT_FIELDS`` (and docs/events.md names them all), real traffic produces exactly
+those fields, and the readers block in ``XREAD`` instead of polling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from emq import AsyncQueue, Queue
+from emq.cli.main import cli
+from emq.events import EVENT_FIELDS, JOB_EVENTS, Event, id_after, parse_id
+
+from .helpers import expire_leases
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "events.md"
+
+
+def _emit_calls(source: str) -> list[list[str]]:
+    """The top-level arguments of every ``emit(...)`` call (balanced parentheses)."""
+    calls = []
+    for m in re.finditer(r"\bemit\(", source):
+        if source[m.start() - 9 : m.start()] == "function ":
+            continue
+        depth, args, cur, i = 1, [], "", m.end()
+        while depth:
+            ch = source[i]
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if ch == "," and depth == 1:
+                args.append(cur.strip())
+                cur = ""
+            elif depth:
+                cur += ch
+            i += 1
+        args.append(cur.strip())
+        calls.append(args)
+    return calls
+
+
+def test_every_emit_in_every_script_matches_the_contract() -> None:
+    emitted: set[str] = set()
+    for entry in resources.files("emq").joinpath("lua").iterdir():
+        if not entry.name.endswith(".lua"):
+            continue
+        for args in _emit_calls(entry.read_text()):
+            assert args[0] == "'event'", (entry.name, args)
+            name = args[1].strip("'")
+            keys = tuple(a.strip("'") for a in args[2::2])
+            assert all(re.fullmatch(r"'[a-z_]+'", a) for a in args[2::2]), (entry.name, args)
+            expected = (("job",) if name in JOB_EVENTS else ()) + EVENT_FIELDS[name]
+            assert sorted(keys) == sorted(expected), (entry.name, name, keys)
+            emitted.add(name)
+    assert emitted == set(EVENT_FIELDS)
+
+
+def test_docs_describe_every_event_and_field() -> None:
+    text = DOCS.read_text()
+    for name, fields in EVENT_FIELDS.items():
+        row = next((ln for ln in text.splitlines() if ln.startswith(f"| `{name}`")), None)
+        assert row is not None, f"docs/events.md has no row for {name}"
+        for f in fields:
+            assert f"`{f}`" in row, (name, f)
+
+
+def test_real_traffic_carries_the_documented_fields(queue: Queue, client: redis.Redis) -> None:
+    a = queue.enqueue("a", {"x": 1}, max_attempts=1)
+    b = queue.enqueue("b", None)
+    c = queue.enqueue("c", None, delay_ms=60_000)
+    ca, cb = queue.claim(2)
+    queue.fail(ca.id, ca.token, "bad")
+    queue.delay(cb.id, cb.token, 0)
+    (cb,) = queue.claim(1)
+    queue.complete(cb.id, cb.token)
+    queue.redrive(a)
+    (ca,) = queue.claim(1)
+    expire_leases(client, queue.name)
+    queue.sweep_stalled(max_stalled=5)
+    with pytest.raises(Exception):  # noqa: B017 - LeaseLost; its event is what we check
+        queue.complete(ca.id, ca.token)
+    queue.remove(c)
+    queue.pause()
+    queue.resume()
+    queue.drain()
+    seen = list(queue.events())
+    assert {e.event for e in seen} >= set(EVENT_FIELDS) - {"promoted", "retrying"}
+    for e in seen:
+        assert set(e.fields) == set(EVENT_FIELDS[e.event]), e
+        assert (e.job is not None) == (e.event in JOB_EVENTS), e
+    dead = next(e for e in seen if e.event == "dead")
+    assert (dead.job, dead.fields["name"], json.loads(dead.fields["payload"])) == (a, "a", {"x": 1})
+    assert (dead.fields["attempts"], dead.fields["stalled"], dead.fields["error"]) == (
+        "1",
+        "0",
+        "bad",
+    )
+    assert [e.event for e in queue.events() if e.job == b] == [
+        "enqueued", "claimed", "delayed", "claimed", "completed"
+    ]  # fmt: skip
+
+
+def test_stream_ids_order_and_successor() -> None:
+    assert parse_id("17-3") < parse_id("17-10") < parse_id("18-0")
+    assert id_after("17-3") == "17-4"
+    e = Event("5-1", "claimed", "JOB1", {"attempts": "1"})
+    assert (e.time_ms, e.to_dict()["fields"]) == (5, {"attempts": "1"})
+
+
+def _xread_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_xread", {}).get("calls", 0))
+
+
+def test_follow_blocks_in_xread_instead_of_polling(queue: Queue, client: redis.Redis) -> None:
+    queue.enqueue("old", None)
+    got: list[Event] = []
+
+    def later() -> None:
+        time.sleep(0.6)
+        queue.enqueue("new", None)
+
+    before = _xread_calls(client)
+    threading.Thread(target=later).start()
+    for e in queue.events("$", follow=True):
+        got.append(e)
+        break
+    assert [e.fields["name"] for e in got] == ["new"]
+    assert _xread_calls(client) - before <= 2  # one blocking call waited the 0.6 s out
+
+
+async def test_async_iterator_follows_from_a_position(url: str, queue: Queue) -> None:
+    first = queue.enqueue("one", None)
+    aq = AsyncQueue.from_url(url, queue.name)
+    try:
+        start = next(iter(queue.events())).id
+
+        async def collect() -> list[Event]:
+            out = []
+            async for e in aq.events(after=start):
+                out.append(e)
+                if len(out) == 2:
+                    return out
+            return out
+
+        task = asyncio.create_task(collect())
+        await asyncio.sleep(0.2)
+        (c,) = await aq.claim(1)
+        await aq.complete(c.id, c.token)
+        got = await asyncio.wait_for(task, 10)
+        assert [(e.event, e.job) for e in got] == [("claimed", first), ("completed", first)]
+    finally:
+        await aq.close()
+
+
+async def test_async_iterator_from_now_sees_only_new_events(url: str, queue: Queue) -> None:
+    queue.enqueue("before", None)
+    aq = AsyncQueue.from_url(url, queue.name)
+    try:
+        stream = aq.events()
+        nxt = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.2)
+        queue.enqueue("after", None)
+        e = await asyncio.wait_for(nxt, 10)
+        assert (e.event, e.fields["name"]) == ("enqueued", "after")
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await aq.close()
+
+
+def test_cli_events_tail_prints_lines_and_json(url: str, queue: Queue) -> None:
+    ids = queue.enqueue_many([("mail", i) for i in range(3)])
+    runner = CliRunner()
+    out = runner.invoke(cli, ["events", "tail", queue.name, "--url", url, "--json"])
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in out.output.splitlines()]
+    assert [r["job"] for r in rows] == ids and rows[0]["fields"]["name"] == "mail"
+    out = runner.invoke(cli, ["events", "tail", queue.name, "--url", url, "-n", "1"])
+    assert out.exit_code == 0 and len(out.output.splitlines()) == 1 and ids[2] in out.output
