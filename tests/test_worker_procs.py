@@ -237,7 +237,7 @@ def test_server_restart_mid_run_worker_resumes_and_completes_each_job_once(
     try:
         n = 400
         with Queue.from_url(url, qname) as q:
-            q.enqueue_many([("work", {"ms": 25}) for _ in range(n)])
+            q.enqueue_many([("fast", {"ms": 25}) for _ in range(n)])
         a = procs.spawn("--concurrency", "10", "--lease-ms", "10000", *FAST)
         check = redis.Redis.from_url(url, decode_responses=True)
         wait_for(lambda: int(check.hget(f"emq:{{{qname}}}:metrics", "completed") or 0) > 50,

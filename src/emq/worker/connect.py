@@ -97,10 +97,13 @@ class ClientFactory:
         return redis.asyncio.Redis(**kwargs, **extra)
 
 
+QUIET = 3
+
+
 class Outage:
     """Shared by every part of one worker (loop and heartbeat thread).
 
-    :meth:`failed` logs the first failure of an outage (once), counts it, and returns how
+    :meth:`failed` logs an outage once, counts it, and returns how
     long to wait before the next try: exponential from ``base_s`` to ``cap_s``, each delay
     drawn uniformly from its upper half so a fleet does not reconnect in lockstep.
     :meth:`ok` logs the recovery once.
@@ -113,6 +116,7 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._tries = 0
+        self._first = 0.0
         self.count = 0
 
     @property
@@ -120,27 +124,35 @@ class Outage:
         return self._since is not None
 
     def failed(self, exc: BaseException, where: str) -> float:
+        """Record a failed call; returns the delay before the next try. The first
+        ``QUIET`` failures in a row are retried at once and not logged: after a server
+        restart each pooled connection is dead, and one failed use of each is no outage."""
         with self._lock:
+            self._tries += 1
+            if self._tries == 1:
+                self._first = time.monotonic()
+            if self._tries <= QUIET:
+                return 0.0
             if self._since is None:
-                self._since = time.monotonic()
-                self._tries = 0
+                self._since = self._first
                 self.count += 1
                 self._log.warning(
                     "server unreachable; retrying with backoff",
                     extra={"emq": {"event": "outage", "where": where, "error": repr(exc)}},
                 )
-            self._tries += 1
             delay = min(self._cap, self._base * 2 ** min(self._tries, 16))
         return random.uniform(delay / 2, delay)
 
     def ok(self) -> None:
-        if self._since is None:
+        """Record a successful call; logs the end of an outage once."""
+        if self._tries == 0:
             return
         with self._lock:
-            if self._since is None:
-                return
-            down_s = time.monotonic() - self._since
-            self._since = None
+            self._tries = 0
+            since, self._since = self._since, None
+        if since is None:
+            return
+        down_s = time.monotonic() - since
         self._log.warning(
             "server reachable again",
             extra={"emq": {"event": "reconnected", "down_ms": round(down_s * 1000)}},

@@ -121,6 +121,11 @@ class Worker:
     def queue_names(self) -> list[str]:
         return [t if isinstance(t, str) else t.name for t in self._targets]
 
+    @property
+    def needs_url(self) -> bool:
+        """True when the worker was given queue names (not queue objects)."""
+        return isinstance(self._targets[0], str)
+
     def stop(self) -> None:
         """Ask for a graceful stop; safe from any thread."""
         runner = self._runner
