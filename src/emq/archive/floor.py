@@ -35,6 +35,7 @@ from ..events import Event, format_id, parse_id
 from ..keys import check_queue_name
 
 SCHEMA_VERSION = 1
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 SCHEMA = """
 CREATE TABLE floor_meta (
@@ -175,10 +176,7 @@ class Floor:
         transaction. Returns how many rows were new; entries already present are skipped."""
         if not entries:
             return 0
-        rows = [
-            (*e.key, e.id, e.job, e.event, json.dumps(e.fields, separators=(",", ":")))
-            for e in entries
-        ]
+        rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in entries]
         with self._tx() as db:
             before = db.total_changes
             db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
@@ -285,10 +283,7 @@ class Floor:
                 (seg.no, *parse_id(seg.first), *parse_id(seg.last), seg.events, _now_ms(),
                  seg.sha256, seg.bytes, seg.shipped_ms or _now_ms()),
             )  # fmt: skip
-            rows = [
-                (*e.key, e.id, e.job, e.event, json.dumps(e.fields, separators=(",", ":")))
-                for e in events
-            ]
+            rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in events]
             db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._advance(db, seg.last)
 
