@@ -5,6 +5,7 @@ Delivery is at least once: a job runs again only if its worker dies or outlives 
 before acknowledging it (see docs/guarantees.md).
 """
 
+from .archive import Archive, Floor
 from .async_queue import AsyncQueue
 from .calls import Claimed, EnqueuedId, Job, JobSpec, SweepResult
 from .config import Backoff, QueueOptions
@@ -23,17 +24,21 @@ from .errors import (
     ServerError,
     WrongState,
 )
+from .events import Event
 from .queue import Queue
 from .states import JobState, Location
 from .worker import JobContext, NoRetry, Permanent, Worker, WorkerOptions
 
 __all__ = [
+    "Archive",
     "AsyncQueue",
     "Backoff",
     "Claimed",
     "DuplicateConflict",
     "EmqError",
     "EnqueuedId",
+    "Event",
+    "Floor",
     "InvalidId",
     "InvalidInput",
     "InvalidName",
