@@ -80,8 +80,8 @@ def naive_sweep(core: QueueCore) -> Actor:
     )
     report = Report()
     for job_id in in_flight:
-        score: float | None = yield "probe", Command(("ZSCORE", keys.active, job_id))
-        if score is None or score > now:
+        score: str | None = yield "probe", Command(("ZSCORE", keys.active, job_id))
+        if score is None or float(score) > now:
             continue  # gone, or leased again: the probe says it is not stalled
         yield "remove", Command(("ZREM", keys.active, job_id))
         yield "requeue", Command(("ZADD", keys.pending, 0, job_id))

@@ -51,6 +51,7 @@ class RunSpec:
     initial_stalled: int = 0
     rounds: int = 1
     lease_ms: int = LEASE_MS
+    record: bool = True  # keep every step (the explorer, running thousands, does not)
 
     def __post_init__(self) -> None:
         QueueKeys.of(self.queue)
@@ -61,13 +62,22 @@ class RunSpec:
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """One command an actor sent, as text, and the server's reply as JSON-ready data."""
+    """One command an actor sent and the server's raw reply; ``command`` and ``reply`` give
+    them as text and JSON-ready data (built when asked, so the explorer pays nothing)."""
 
     actor: str
     step: str
-    command: str
-    reply: Any
+    sent: Command
+    raw: Any
     round: int = 1
+
+    @property
+    def command(self) -> str:
+        return self.sent.text()
+
+    @property
+    def reply(self) -> Any:
+        return plain(self.raw)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -180,7 +190,7 @@ def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
         }
         for actor in live.values():
             actor.start()
-        state = _Round(out, job_id, keys, rnd)
+        state = _Round(out, job_id, keys, rnd, spec.record)
         for token in spec.schedule.tokens:
             yield from state.run(live[token.actor], token)
         for actor in live.values():  # then every actor to its end, in declared order
@@ -210,6 +220,7 @@ class _Round:
     job_id: str
     keys: QueueKeys
     round: int
+    record: bool
     deliveries: int = 0
 
     def run(self, actor: _Live, token: Token) -> Generator[Command, Any, None]:
@@ -217,9 +228,7 @@ class _Round:
         for step, command in _through(actor, token):
             raw = yield command
             decoded = command.decode(raw)
-            self.out.steps.append(
-                StepRecord(token.actor, step, command.text(), plain(raw), self.round)
-            )
+            self.out.steps.append(StepRecord(token.actor, step, command, raw, self.round))
             if step == "claim" and self.job_id in [job.id for job in decoded]:
                 self.deliveries += 1
                 self.out.most_deliveries = max(self.out.most_deliveries, self.deliveries)

@@ -7,7 +7,7 @@ to the server:
 - :func:`execute` drives one run, one command per round trip, so the server sees exactly the
   order the schedule asked for.
 - :func:`execute_many` drives many independent runs in lockstep: each tick sends the next
-  command of every live run in one pipeline. Runs never share keys (each has its own queue),
+  command of every live run in one write. Runs never share keys (each has its own queue),
   so a run's own commands still reach the server in its own order; only unrelated runs are
   batched together. This is what keeps the explorer's thousands of runs to seconds.
 
@@ -17,15 +17,17 @@ EVALSHA first, and on ``NOSCRIPT`` loaded and re-sent by :func:`emq.scripts.run`
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
+from hiredis import pack_command
+from redis.exceptions import NoScriptError, ResponseError
 
 from .. import scripts
 from ..calls import Arg, Call
+from ..errors import from_reply
 
 HIDDEN_ARGS = ("prefix", "maxlen", "request")
 
@@ -72,60 +74,87 @@ def plain(reply: Any) -> Any:
     return reply
 
 
-def send(client: redis.Redis, command: Command) -> Any:
-    """Send one command and return its raw reply."""
-    if command.call is None:
-        return client.execute_command(*command.args)  # type: ignore[no-untyped-call]
-    call = command.call
-    return scripts.run(client, call.script, call.keys, call.args)
+class Link:
+    """One pooled connection, used without redis-py's reply callbacks: every reply is what
+    the server sent (a score is the string ``"1"``, ``TIME`` two strings), decoded as UTF-8.
+
+    :meth:`send` writes a batch of commands in one write and reads one reply per command; a
+    batch never holds two commands of one run, so each run's order is kept. A ``NOSCRIPT``
+    reply (someone flushed the script cache) is re-sent through :func:`emq.scripts.run`,
+    which loads the script; any other error reply is raised.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.conn = client.connection_pool.get_connection()
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        if kind is not None:  # replies may be unread: never reuse this socket
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+        self.client.connection_pool.release(self.conn)
+
+    def send(self, commands: list[Command]) -> list[Any]:
+        wires = [command.wire() for command in commands]
+        packed = b"".join(pack_command(wire) for wire in wires)  # type: ignore[arg-type]
+        self.conn.send_packed_command([packed], check_health=False)  # type: ignore[no-untyped-call]
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(self.conn.read_response())
+            except ResponseError as exc:  # the whole reply was read; the stream is in step
+                replies.append(exc)
+        for i, (command, reply) in enumerate(zip(commands, replies, strict=True)):
+            if isinstance(reply, NoScriptError) and command.call is not None:
+                call = command.call
+                replies[i] = scripts.run(self.client, call.script, call.keys, call.args)
+            elif isinstance(reply, ResponseError):
+                raise from_reply(str(reply)) or reply
+        return replies
 
 
 def execute(client: redis.Redis, run: Run) -> Any:
     """Drive one run to its end, one round trip per command; return the run's result."""
-    try:
-        command = next(run)
-        while True:
-            command = run.send(send(client, command))
-    except StopIteration as stop:
-        return stop.value
+    with Link(client) as link:
+        try:
+            command = next(run)
+            while True:
+                command = run.send(link.send([command])[0])
+        except StopIteration as stop:
+            return stop.value
 
 
-def execute_many(client: redis.Redis, runs: Iterable[Run], width: int = 1000) -> list[Any]:
-    """Drive many independent runs, ``width`` at a time in lockstep; results in input order.
+def execute_many(client: redis.Redis, runs: Iterable[Run], width: int = 100) -> Iterator[Any]:
+    """Drive many independent runs, ``width`` at a time in lockstep, yielding each run's
+    result as it ends (in the order they end).
 
-    Each tick pipelines the next command of every live run (not a transaction: the runs touch
-    disjoint keys). A ``NOSCRIPT`` reply is re-sent on its own through :func:`send`, which
-    loads the script; any other error reply is raised.
+    Each tick sends the next command of every live run in one write (not a transaction: the
+    runs touch disjoint keys, and each run has one command in flight). Runs are taken from
+    ``runs`` only as room frees up, so memory stays flat however many there are.
     """
-    source = enumerate(runs)
-    results: dict[int, Any] = {}
-    live: list[tuple[int, Run, Command]] = []
-
-    def admit() -> None:
-        for index, run in source:
-            try:
-                live.append((index, run, next(run)))
-            except StopIteration as stop:
-                results[index] = stop.value
-                continue
-            if len(live) >= width:
+    source = iter(runs)
+    live: list[tuple[Run, Command]] = []
+    with Link(client) as link:
+        while True:
+            finished: list[Any] = []
+            for run in source:
+                try:
+                    live.append((run, next(run)))
+                except StopIteration as stop:
+                    finished.append(stop.value)
+                    continue
+                if len(live) >= width:
+                    break
+            yield from finished
+            if not live:
                 return
-
-    admit()
-    while live:
-        pipe = client.pipeline(transaction=False)
-        for _, _, command in live:
-            pipe.execute_command(*command.wire())  # type: ignore[no-untyped-call]
-        replies = pipe.execute(raise_on_error=False)
-        ticking, live = live, []
-        for (index, run, command), reply in zip(ticking, replies, strict=True):
-            if isinstance(reply, NoScriptError):
-                reply = send(client, command)
-            elif isinstance(reply, Exception):
-                raise reply
-            try:
-                live.append((index, run, run.send(reply)))
-            except StopIteration as stop:
-                results[index] = stop.value
-        admit()
-    return [results[i] for i in range(len(results))]
+            replies = link.send([command for _, command in live])
+            ticking, live = live, []
+            for (run, _), reply in zip(ticking, replies, strict=True):
+                try:
+                    live.append((run, run.send(reply)))
+                except StopIteration as stop:
+                    finished.append(stop.value)
+            yield from finished
