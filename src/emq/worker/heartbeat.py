@@ -60,7 +60,7 @@ class Heartbeat:
         self._on_lost = on_lost
         self._outage = outage
         self._log = log
-        self._leases: dict[tuple[str, str], Lease] = {}
+        self._leases: set[Lease] = set()  # by identity: one id can be held twice
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -80,13 +80,12 @@ class Heartbeat:
 
     def add(self, lease: Lease) -> None:
         with self._lock:
-            self._leases[(lease.queue, lease.id)] = lease
+            self._leases.add(lease)
 
     def drop(self, lease: Lease) -> None:
         with self._lock:
             lease.dropped = True
-            if self._leases.get((lease.queue, lease.id)) is lease:
-                del self._leases[(lease.queue, lease.id)]
+            self._leases.discard(lease)
 
     def beat_now(self) -> None:
         """Ask for a beat as soon as the thread can run (never blocks)."""
@@ -113,7 +112,7 @@ class Heartbeat:
     def beat(self) -> bool:
         """Extend every held lease once; False if the server could not be reached."""
         with self._lock:
-            snapshot = list(self._leases.values())
+            snapshot = list(self._leases)
         by_queue: dict[str, list[Lease]] = {}
         for lease in snapshot:
             by_queue.setdefault(lease.queue, []).append(lease)
@@ -138,7 +137,7 @@ class Heartbeat:
         with self._lock:
             if lease.dropped or lease.finishing:
                 return  # finished meanwhile: the ack's own reply is authoritative
-            self._leases.pop((lease.queue, lease.id), None)
+            self._leases.discard(lease)
             lease.dropped = True
         lease.lost.set()
         self._on_lost(lease)

@@ -85,7 +85,7 @@ class Runner:
         self.acks = AckBuffer(self.outage, log, self._acked)
         self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.jobs: set[Held] = set()
-        self.by_key: dict[tuple[str, str], Held] = {}
+        self.by_lease: dict[Lease, Held] = {}  # an old attempt and a new one may share an id
         self.ready: deque[Held] = deque()
         self.running = 0
         self.room = asyncio.Event()
@@ -157,7 +157,7 @@ class Runner:
         )
         job = Held(q, c, lease, ctx, self.loop.create_future())
         self.jobs.add(job)
-        self.by_key[(q.name, c.id)] = job
+        self.by_lease[lease] = job
         self.ready.append(job)
         self.stats.claimed += 1
         self.start_ready()
@@ -273,8 +273,8 @@ class Runner:
             error = ack.outcome.error.splitlines()[0] if ack.outcome.error else ""
             level = "warning" if answer == "dead" else "info"
             self.event(level, f"job failed ({why}): {answer}", answer, **fields, error=error)
-        job = self.by_key.get((ack.queue.name, lease.id))
-        if job is not None and job.lease is lease:
+        job = self.by_lease.get(lease)
+        if job is not None:
             job.acked = True
             self.release(job)
 
@@ -282,9 +282,7 @@ class Runner:
         """Forget a job once its ack landed and its handler returned; wake the claimer."""
         if job.acked and job.handler_done and job in self.jobs:
             self.jobs.discard(job)
-            key = (job.queue.name, job.claimed.id)
-            if self.by_key.get(key) is job:
-                del self.by_key[key]
+            self.by_lease.pop(job.lease, None)
             self.room.set()
 
     def count_lost(self, lease: Lease, via: str) -> None:
@@ -307,8 +305,8 @@ class Runner:
     def _lease_lost(self, lease: Lease) -> None:
         """The heartbeat was refused: cancel the attempt, never send its result."""
         self.count_lost(lease, "extend")
-        job = self.by_key.get((lease.queue, lease.id))
-        if job is None or job.lease is not lease:
+        job = self.by_lease.get(lease)
+        if job is None:
             return
         job.ctx.cancel("lease_lost")
         if not job.interrupt.done():

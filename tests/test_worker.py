@@ -1,0 +1,503 @@
+"""The worker in-process, on real servers: batching, parking, retries, timeouts, leases on a
+heartbeat, lease loss, a GIL-holding handler, graceful shutdown, lost ack replies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from emq import Backoff, JobContext, LeaseLost, Permanent, Queue, Worker, WorkerOptions
+from emq.worker.acks import Ack, AckBuffer
+from emq.worker.connect import Outage
+from emq.worker.execute import Outcome
+from emq.worker.heartbeat import Lease
+
+from .helpers import assert_consistent, expire_leases
+
+FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
+
+
+async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+async def stop(w: Worker, task: asyncio.Task[None], timeout: float = 10) -> None:
+    w.stop()
+    await asyncio.wait_for(task, timeout)
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.mark.timeout(30)
+async def test_burst_run_completes_everything_with_fewer_script_calls_than_jobs(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    n = 300
+    queue.enqueue_many([("add", {"i": i}) for i in range(n)])
+    seen: list[int] = []
+    w = Worker(queue, options=WorkerOptions(concurrency=25, burst=True))
+
+    @w.handler("add")
+    async def add(payload: dict[str, int], ctx: JobContext) -> None:
+        await asyncio.sleep(0.002)
+        seen.append(payload["i"])
+
+    before = evalsha_calls(client)
+    await asyncio.wait_for(w.run(), 20)
+    calls = evalsha_calls(client) - before
+    assert sorted(seen) == list(range(n))
+    assert w.stats.completed == n and w.stats.claimed == n
+    # one claim and one complete per batch, plus the beat: far fewer than 2 per job
+    assert calls < n, calls
+    c = queue.counts()
+    assert (c["completed"], c["pending"], c["active"]) == (n, 0, 0)
+    assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_parked_worker_wakes_on_enqueue_without_polling(
+    queue: Queue, client: redis.Redis
+) -> None:
+    done = asyncio.Event()
+    w = Worker(queue, {"ping": lambda p: None}, options=WorkerOptions(poll_ms=20_000))
+    task = asyncio.create_task(w.run())
+    await until(lambda: client.client_list(_type="normal") and w.stats.sweeps >= 1, 5, "start")
+    await asyncio.sleep(0.3)  # parked now: the claim found nothing
+    before = evalsha_calls(client)
+    t0 = time.monotonic()
+    queue.enqueue("ping", None)
+    await until(lambda: w.stats.completed == 1, 5, "the job to run")
+    woke_in = time.monotonic() - t0
+    done.set()
+    await stop(w, task)
+    assert woke_in < 1.0, woke_in  # the poll is 20 s: the wake list woke it
+    assert evalsha_calls(client) - before <= 6  # enqueue, claim, complete (+ a beat)
+
+
+@pytest.mark.timeout(30)
+async def test_handlers_by_mapping_and_decorator_sync_and_async(queue: Queue) -> None:
+    got: dict[str, Any] = {}
+
+    def plain(payload: Any) -> None:
+        got["plain"] = (payload, threading.current_thread().name)
+
+    w = Worker(queue, {"plain": plain}, options=WorkerOptions(burst=True))
+
+    @w.handler()
+    async def fancy(payload: Any, ctx: JobContext) -> None:
+        got["fancy"] = (payload, ctx.id, ctx.attempts, ctx.queue)
+
+    ids = [queue.enqueue("plain", 1), queue.enqueue("fancy", {"x": 2})]
+    await asyncio.wait_for(w.run(), 10)
+    assert got["plain"][0] == 1 and got["plain"][1].startswith("emq-handler")
+    assert got["fancy"] == ({"x": 2}, ids[1], 1, queue.name)
+
+
+@pytest.mark.timeout(30)
+async def test_retries_with_backoff_then_succeeds(queue: Queue, client: redis.Redis) -> None:
+    attempts: list[int] = []
+    w = Worker(queue, options=WorkerOptions(burst=True))
+
+    @w.handler("flaky", backoff=FIXED)
+    def flaky(payload: Any, ctx: JobContext) -> None:
+        attempts.append(ctx.attempts)
+        if ctx.attempts < 3:
+            raise RuntimeError(f"try {ctx.attempts}")
+
+    queue.enqueue("flaky", None, max_attempts=3)
+    await asyncio.wait_for(w.run(), 10)
+    assert attempts == [1, 2, 3]
+    assert (w.stats.retried, w.stats.completed, w.stats.dead) == (2, 1, 0)
+
+
+@pytest.mark.timeout(30)
+async def test_permanent_goes_straight_to_dead(queue: Queue) -> None:
+    w = Worker(queue, options=WorkerOptions(burst=True))
+
+    @w.handler("charge")
+    def charge(payload: Any) -> None:
+        raise Permanent("card declined")
+
+    job = queue.enqueue("charge", None, max_attempts=5)
+    await asyncio.wait_for(w.run(), 10)
+    row = queue.job(job)
+    assert row is not None and row.state == "dead" and row.attempts == 1
+    assert row.last_error is not None and "card declined" in row.last_error
+
+
+@pytest.mark.timeout(30)
+async def test_handler_max_attempts_caps_the_jobs_own(queue: Queue) -> None:
+    w = Worker(queue, options=WorkerOptions(burst=True))
+    w.register("boom", lambda p: 1 / 0, max_attempts=2, backoff=FIXED)
+    job = queue.enqueue("boom", None, max_attempts=10)
+    await asyncio.wait_for(w.run(), 10)
+    row = queue.job(job)
+    assert row is not None and (row.state, row.attempts) == ("dead", 2)
+    assert row.last_error is not None and row.last_error.startswith("ZeroDivisionError")
+
+
+@pytest.mark.timeout(30)
+async def test_hard_timeout_fails_the_attempt_async_and_sync(queue: Queue) -> None:
+    stopped = threading.Event()
+    w = Worker(queue, options=WorkerOptions(burst=True, backoff=FIXED))
+
+    @w.handler("slow_async", timeout_ms=200)
+    async def slow_async(payload: Any) -> None:
+        await asyncio.sleep(30)
+
+    @w.handler("slow_sync", timeout_ms=200)
+    def slow_sync(payload: Any, ctx: JobContext) -> None:
+        ctx.cancelled.wait(30)  # a cooperative handler: stops when told
+        stopped.set()
+
+    a = queue.enqueue("slow_async", None, max_attempts=2)
+    s = queue.enqueue("slow_sync", None, max_attempts=1)
+    t0 = time.monotonic()
+    await asyncio.wait_for(w.run(), 10)
+    assert time.monotonic() - t0 < 5
+    assert stopped.is_set()
+    for job, attempts in ((a, 2), (s, 1)):
+        row = queue.job(job)
+        assert row is not None and (row.state, row.attempts) == ("dead", attempts)
+        assert row.last_error is not None and row.last_error.startswith("timeout")
+    assert w.stats.timeouts == 3
+
+
+@pytest.mark.timeout(30)
+async def test_unknown_job_name_is_retried_not_dropped(queue: Queue) -> None:
+    w = Worker(queue, {"known": lambda p: None}, options=WorkerOptions(burst=True))
+    job = queue.enqueue("unknown", None, max_attempts=3)
+    await asyncio.wait_for(w.run(), 10)
+    row = queue.job(job)
+    assert row is not None and row.state == "scheduled" and row.attempts == 1
+    assert row.last_error == "no handler registered for 'unknown'"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_job_three_times_longer_than_its_lease_runs_exactly_once(
+    queue: Queue, client: redis.Redis, qname: str, kind: str
+) -> None:
+    runs: list[int] = []
+    lease = 600
+    opts = WorkerOptions(lease_ms=lease, stalled_interval_ms=100, burst=True)
+    w = Worker(queue, options=opts)
+    if kind == "async":
+
+        async def long(payload: Any, ctx: JobContext) -> None:
+            runs.append(ctx.attempts)
+            await asyncio.sleep(3 * lease / 1000)
+    else:
+
+        def long(payload: Any, ctx: JobContext) -> None:  # type: ignore[misc]
+            runs.append(ctx.attempts)
+            time.sleep(3 * lease / 1000)
+
+    w.register("long", long)
+    # an outside sweep every 50 ms would recover the job if its lease ever lapsed
+    recovered: list[str] = []
+    sweeps = 0
+
+    async def sweeper() -> None:
+        nonlocal sweeps
+        while True:
+            recovered.extend((await asyncio.to_thread(queue.sweep_stalled)).recovered)
+            sweeps += 1
+            await asyncio.sleep(0.05)
+
+    sweeping = asyncio.create_task(sweeper())
+    queue.enqueue("long", None)
+    await asyncio.wait_for(w.run(), 15)
+    sweeping.cancel()
+    assert runs == [1]
+    assert w.stats.heartbeats >= 3 and w.stats.lease_lost == 0
+    c = queue.counts()
+    assert (c["completed"], c["recovered"]) == (1, 0)
+    assert recovered == [] and sweeps >= 10
+    assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_heartbeat_refused_cancels_the_handler_and_discards_its_result(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    started = threading.Event()
+    outcomes: list[str] = []
+    w = Worker(queue, options=WorkerOptions(lease_ms=900, stalled_interval_ms=100))
+
+    @w.handler("watch")
+    def watch(payload: Any, ctx: JobContext) -> None:
+        if ctx.attempts > 1:
+            outcomes.append("second attempt ran")
+            return
+        started.set()
+        cancelled = ctx.cancelled.wait(10)
+        outcomes.append(f"first: cancelled={cancelled} why={ctx.cancel_reason}")
+        with pytest.raises(LeaseLost):
+            ctx.heartbeat()
+
+    job = queue.enqueue("watch", None)
+    task = asyncio.create_task(w.run())
+    await until(started.is_set, 10, "the handler to start")
+    expire_leases(client, qname, job)  # the next beat (<= 300 ms) is refused
+    await until(lambda: w.stats.completed == 1, 10, "the retry to complete")
+    await stop(w, task)
+    assert sorted(outcomes) == ["first: cancelled=True why=lease_lost", "second attempt ran"]
+    assert w.stats.lease_lost == 1 and w.stats.lost_ids == [job]
+    assert queue.counts()["recovered"] == 1
+    assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_late_completion_is_refused_and_the_job_runs_again(
+    queue: Queue, client: redis.Redis, qname: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = asyncio.Event()
+    runs: list[int] = []
+    # a long lease: no beat comes before the handler returns, so the complete is refused
+    w = Worker(queue, options=WorkerOptions(concurrency=1, lease_ms=30_000))
+
+    @w.handler("late")
+    async def late(payload: Any, ctx: JobContext) -> None:
+        runs.append(ctx.token)
+        if ctx.token == 1:
+            await release.wait()
+
+    job = queue.enqueue("late", None)
+    task = asyncio.create_task(w.run())
+    with caplog.at_level(logging.WARNING, logger="emq.worker"):
+        await until(lambda: runs, 10, "the handler to start")
+        expire_leases(client, qname, job)
+        assert queue.sweep_stalled().recovered == [job]
+        release.set()
+        await until(lambda: w.stats.completed == 1, 10, "the second run to complete")
+        await stop(w, task)
+    assert runs == [1, 2]
+    lost = [r for r in caplog.records if getattr(r, "emq", {}).get("event") == "lease_lost"]
+    assert [(r.emq["job"], r.emq["token"], r.emq["via"]) for r in lost] == [(job, 1, "complete")]  # type: ignore[attr-defined]
+    assert queue.counts()["completed"] == 1
+    assert_consistent(client, qname)
+
+
+def _hold_gil(seconds: float) -> None:
+    """Hold the GIL in C code for about ``seconds`` (builtin sum over a range never
+    releases it, and the interpreter cannot switch threads inside it)."""
+    n = 5_000_000
+    t0 = time.perf_counter()
+    sum(range(n))
+    per = (time.perf_counter() - t0) / n
+    sum(range(int(seconds / per)))
+
+
+@pytest.mark.timeout(60)
+async def test_gil_holding_handlers_and_the_heartbeat_bound(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    """A pure-Python busy handler 3x longer than the lease starves nothing: the interpreter
+    switches threads every 5 ms. C code holding the GIL delays every beat by the length of
+    the hold: below ``lease_ms - heartbeat_ms`` no lease lapses (this test), above it
+    leases lapse (docs/worker.md). The measured beat delay is reported as the bound."""
+    lease = 1500  # beats every 500 ms; a beat may be up to 1000 ms late
+    w = Worker(queue, options=WorkerOptions(lease_ms=lease, concurrency=4, burst=True))
+    holds: list[float] = []
+
+    @w.handler("busy_python")
+    def busy_python(payload: Any) -> None:
+        end = time.monotonic() + 3 * lease / 1000
+        x = 0
+        while time.monotonic() < end:
+            x += 1
+
+    @w.handler("hold_gil")
+    def hold_gil(payload: Any) -> None:
+        time.sleep(0.1)
+        t0 = time.perf_counter()
+        _hold_gil(0.8)  # longer than a beat period, shorter than lease - beat
+        holds.append(time.perf_counter() - t0)
+
+    @w.handler("bystander")
+    async def bystander(payload: Any) -> None:
+        await asyncio.sleep(3 * lease / 1000)
+
+    queue.enqueue_many([("busy_python", None), ("hold_gil", None), ("bystander", None)])
+    await asyncio.wait_for(w.run(), 30)
+    late_ms = w.stats.heartbeat_max_late_ms
+    print(f"\nGIL hold {holds[0] * 1000:.0f} ms -> heartbeat at most {late_ms:.0f} ms late")
+    assert w.stats.lease_lost == 0 and w.stats.completed == 3
+    assert queue.counts()["recovered"] == 0
+    # the bound is real: a C-level hold covering a beat delays it by up to its own length
+    hold_ms = holds[0] * 1000
+    assert hold_ms - 500 - 50 <= late_ms <= hold_ms + 150, (hold_ms, late_ms)
+    assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_graceful_stop_mid_batch_gives_back_unstarted_jobs_unspent(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    started: list[str] = []
+    w = Worker(queue, options=WorkerOptions(concurrency=2, prefetch=6))
+
+    @w.handler("job")
+    async def job(payload: Any, ctx: JobContext) -> None:
+        started.append(ctx.id)
+        await asyncio.sleep(0.3)
+
+    ids = queue.enqueue_many([("job", i) for i in range(8)])
+    task = asyncio.create_task(w.run())
+    await until(lambda: len(started) == 2, 10, "two jobs to start")
+    assert queue.counts()["active"] == 8
+    await stop(w, task)
+    c = queue.counts()
+    assert (c["completed"], c["pending"], c["active"]) == (2, 6, 0)
+    assert w.stats.given_back == 6
+    pending = queue.jobs("pending")
+    assert all((j.attempts, j.token) == (0, 1) for j in pending)
+    assert {j.id for j in pending} | set(started) == set(ids)
+    assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_grace_period_interrupts_a_handler_that_does_not_finish(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    w = Worker(queue, options=WorkerOptions(grace_ms=300, backoff=FIXED))
+    w.register("forever", lambda p, ctx: ctx.cancelled.wait(30))
+    job = queue.enqueue("forever", None)
+    task = asyncio.create_task(w.run())
+    await until(lambda: w.stats.claimed == 1, 10, "the claim")
+    t0 = time.monotonic()
+    await stop(w, task)
+    assert time.monotonic() - t0 < 3
+    row = queue.job(job)
+    assert row is not None and row.state in ("scheduled", "pending") and row.attempts == 1
+    assert row.last_error is not None and row.last_error.startswith("interrupted")
+    assert_consistent(client, qname)
+
+
+class _ReplyLost:
+    """An AsyncQueue whose first complete/fail is applied but whose reply is lost."""
+
+    def __init__(self, q: Any) -> None:
+        self._q, self.dropped = q, 0
+        self.name, self.core, self.client = q.name, q.core, q.client
+
+    async def complete_many(self, pairs: Any) -> list[bool]:
+        result: list[bool] = await self._q.complete_many(pairs)
+        return await self._maybe_drop(result)
+
+    async def fail_many(self, items: Any) -> list[str]:
+        result: list[str] = await self._q.fail_many(items)
+        return await self._maybe_drop(result)
+
+    async def _maybe_drop(self, result: Any) -> Any:
+        if not self.dropped:
+            self.dropped += 1
+            raise redis.ConnectionError("reply lost (simulated)")
+        return result
+
+
+@pytest.mark.timeout(30)
+async def test_ack_whose_reply_was_lost_is_settled_from_the_row(
+    url: str, qname: str, queue: Queue
+) -> None:
+    from emq import AsyncQueue
+
+    aq = AsyncQueue.from_url(url, qname)
+    a, b = queue.enqueue("x", None), queue.enqueue("y", None)
+    claimed = {c.id: c for c in queue.claim(2, 30_000)}
+    answers: dict[str, str] = {}
+    outage = Outage(logging.getLogger("test"))
+    buf = AckBuffer(
+        outage, logging.getLogger("test"), lambda ack, ans: answers.update({ack.lease.id: ans})
+    )
+    lossy = _ReplyLost(aq)
+    ok = Ack(lossy, Lease(qname, a, claimed[a].token), Outcome("complete"))  # type: ignore[arg-type]
+    await buf.flush([ok])
+    bad = Ack(_ReplyLost(aq), Lease(qname, b, claimed[b].token), Outcome("fail", "e", True, FIXED))  # type: ignore[arg-type]
+    await buf.flush([bad])
+    assert answers == {a: "completed", b: "scheduled"}
+    assert buf.uncertain == 2
+    assert queue.counts()["completed"] == 1
+    await aq.close()
+
+
+@pytest.mark.timeout(30)
+async def test_worker_from_url_and_queue_names(url: str, qname: str, queue: Queue) -> None:
+    other = qname + "-b"
+    seen: list[str] = []
+    w = Worker([qname, other], url=url, options=WorkerOptions(burst=True))
+    w.register("t", lambda p, ctx: seen.append(ctx.queue))
+    queue.enqueue("t", None)
+    with Queue.from_url(url, other) as q2:
+        q2.enqueue("t", None)
+        await asyncio.wait_for(w.run(), 10)
+        q2.obliterate(force=True)
+    assert sorted(seen) == sorted([qname, other])
+
+
+@pytest.mark.timeout(60)
+async def test_gil_hold_beyond_the_bound_lapses_leases_and_a_process_pool_avoids_it(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    """The documented limit, shown: a C-level GIL hold longer than ``lease_ms`` stops the
+    heartbeat thread too, and the leases of the process lapse. The same work awaited from
+    an async handler in a process pool leaves the worker's GIL free."""
+    import concurrent.futures
+    import multiprocessing
+
+    lease = 600  # beats every 200 ms
+    w = Worker(queue, options=WorkerOptions(lease_ms=lease, concurrency=4, burst=True))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn")
+    )
+    await asyncio.get_running_loop().run_in_executor(pool, _hold_gil, 0.01)  # warm the child
+
+    @w.handler("in_thread")
+    def in_thread(payload: Any) -> None:
+        time.sleep(0.05)
+        _hold_gil(1.2)
+
+    @w.handler("in_process")
+    async def in_process(payload: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(pool, _hold_gil, 1.2)
+
+    @w.handler("bystander")
+    async def bystander(payload: Any) -> None:
+        await asyncio.sleep(1.5)
+
+    try:
+        queue.enqueue_many([("in_thread", None), ("bystander", None)])
+        await asyncio.wait_for(w.run(), 30)
+        assert w.stats.lease_lost >= 1  # both leases lapsed during the hold
+        assert w.stats.heartbeat_max_late_ms > lease - lease // 3
+        queue.sweep_all()
+
+        w2 = Worker(queue, options=WorkerOptions(lease_ms=lease, concurrency=4, burst=True))
+        w2.handlers.update(
+            {"in_process": w.handlers["in_process"], "bystander": w.handlers["bystander"]}
+        )
+        queue.drain()
+        queue.enqueue_many([("in_process", None), ("bystander", None)])
+        await asyncio.wait_for(w2.run(), 30)
+        assert (w2.stats.lease_lost, w2.stats.completed) == (0, 2)
+        assert w2.stats.heartbeat_max_late_ms < 100
+    finally:
+        pool.shutdown()
+    assert_consistent(client, qname)
