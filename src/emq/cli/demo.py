@@ -1,122 +1,269 @@
-"""``emq demo``: the stalled-recovery story on a real server, in a few seconds.
+"""``emq demo``: workers crash, freeze and die on a poison job, and nothing is lost.
 
-Enqueue jobs, lease some, let leases lapse (on the server clock), sweep, and show that every
-expired lease was recovered exactly once, that a stale worker's late completion is refused,
-and that a job which stalls twice is dead-lettered. Exits non-zero if any job is lost.
+A guided run on the embedded server (or ``--url``), in under a minute, with no flags: enqueue
+a few hundred jobs, run three worker processes (``emq worker``), SIGKILL one mid-job, SIGSTOP
+another past its lease and resume it, and feed them a poison job that kills whichever worker
+runs it. A live table shows jobs moving pending -> active -> completed, the stalls the sweep
+recovers (once each), the poison job dead-lettered after ``max_stalled`` stalls, and the
+frozen worker's stale lease refused. The summary checks that every job was completed or
+dead-lettered; the command exits 1 if anything was lost.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
-from typing import cast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import click
+from rich.console import Group
+from rich.live import Live
 from rich.table import Table
 
 from ..errors import LeaseLost
 from ..queue import Queue
+from ..states import Location
 from .common import console, handle_errors, resolve_url, url_option
 
-LEASE_MS = 400
+JOBS = 300
+WORKERS = 3
+CONCURRENCY = 3
+LEASE_MS = 1500
+STALLED_MS = 500
+MAX_STALLED = 2
+KILL_AT, POISON_AT, STOP_AT, CONT_AT = 1.5, 2.5, 3.5, 7.0
+TIME_LIMIT = 50.0
 
 
-def _counts_table(title: str, rows: list[tuple[str, dict[str, int]]]) -> Table:
-    cols = ["pending", "active", "schedule", "dead", "completed", "recovered"]
-    table = Table(title=title)
-    table.add_column("moment")
-    for c in cols:
-        table.add_column(c, justify="right")
-    for label, counts in rows:
-        table.add_row(label, *(str(counts[c]) for c in cols))
-    return table
+def resize(payload: dict[str, Any]) -> None:
+    """A demo job: pretend to resize an image for ``ms`` milliseconds."""
+    time.sleep(payload["ms"] / 1000)
 
 
-def _lapse(q: Queue) -> None:
-    """Wait until every current lease has passed its deadline on the server clock."""
-    leases = cast(
-        list[tuple[str, float]], q.client.zrange(q.core.keys.active, 0, -1, withscores=True)
-    )
-    deadline = max((score for _, score in leases), default=0.0)
-    while True:
-        sec, usec = q.client.time()
-        if sec * 1000 + usec // 1000 > deadline:
+def poison(payload: Any) -> None:
+    """The poison job: kills the worker process that runs it, every time."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+HANDLERS = {"resize": resize, "poison": poison}
+
+
+@dataclass
+class Slot:
+    label: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    state: str = "running"
+    read: int = 0
+    lease_lost: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Fleet:
+    """Worker processes, respawned when one dies (as a supervisor would), and the story
+    their structured logs tell."""
+
+    def __init__(self, url: str, queue: str, tmp: Path) -> None:
+        self.url, self.queue, self.tmp = url, queue, tmp
+        self.slots: list[Slot] = []
+        self.story: list[str] = []
+        self.t0 = time.monotonic()
+        self.recovered: list[str] = []
+        self.dead: list[str] = []
+        self.exits: list[int] = []
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def say(self, text: str) -> None:
+        line = f"{self.now():5.1f}s  {text}"
+        self.story.append(line)
+        if not console.is_terminal:
+            console.print(line, highlight=False)
+
+    def spawn(self) -> Slot:
+        label = f"w{len(self.slots) + 1}"
+        log = self.tmp / f"{label}.log"
+        args = [sys.executable, "-c", "from emq.cli.main import main; main()", "worker",
+                "emq.cli.demo:HANDLERS", "-q", self.queue, "--url", self.url,
+                "--concurrency", str(CONCURRENCY), "--lease-ms", str(LEASE_MS),
+                "--stalled-interval-ms", str(STALLED_MS),
+                "--max-stalled", str(MAX_STALLED)]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        slot = Slot(label, proc, log)
+        self.slots.append(slot)
+        return slot
+
+    def alive(self) -> list[Slot]:
+        return [s for s in self.slots if s.state in ("running", "stopped", "resumed")]
+
+    def supervise(self) -> None:
+        for slot in self.alive():
+            if slot.proc.poll() is not None:
+                slot.state = "killed"
+                self.say(f"{slot.label} died (the poison job killed it); its leases will lapse")
+                new = self.spawn()
+                self.say(f"supervisor started {new.label} in its place")
+        for slot in self.slots:
+            self._read(slot)
+
+    def _read(self, slot: Slot) -> None:
+        try:
+            with slot.log.open("rb") as f:
+                f.seek(slot.read)
+                chunk = f.read()
+        except OSError:
             return
-        time.sleep(0.05)
+        end = chunk.rfind(b"\n") + 1
+        slot.read += end
+        for raw in chunk[:end].splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            event, job = rec.get("event"), rec.get("job")
+            if event == "recovered":
+                self.recovered.append(job)
+                self.say(f"{slot.label}'s sweep found {job}'s lease expired: back to pending")
+            elif event == "stalled_dead":
+                self.dead.append(job)
+                self.say(f"{slot.label}'s sweep dead-lettered {job}: stalled {MAX_STALLED} times")
+            elif event == "lease_lost":
+                slot.lease_lost.append(rec)
+                token, via = rec.get("token"), rec.get("via")
+                self.say(f"server refused {slot.label}'s stale lease on {job} "
+                         f"(token {token}, via {via}): result discarded")  # fmt: skip
+
+    def stop_all(self) -> None:
+        for slot in self.alive():
+            slot.proc.send_signal(signal.SIGTERM)
+        for slot in self.alive():
+            try:
+                self.exits.append(slot.proc.wait(20))
+                slot.state = "exited"
+            except subprocess.TimeoutExpired:
+                slot.proc.kill()
+                self.exits.append(-9)
+        for slot in self.slots:
+            self._read(slot)
 
 
-def run_demo(url: str, name: str = "demo", jobs: int = 100) -> bool:
-    """Run the story; returns True when nothing was lost."""
+def _view(fleet: Fleet, counts: dict[str, int], total: int) -> Group:
+    cols = ["pending", "active", "schedule", "dead", "completed", "recovered"]
+    jobs = Table(title=f"queue: {total} jobs", expand=False)
+    for c in cols:
+        jobs.add_column(c, justify="right")
+    jobs.add_row(*(str(counts.get(c, 0)) for c in cols))
+    workers = Table(title="workers")
+    for c in ("worker", "pid", "state", "stale leases refused"):
+        workers.add_column(c)
+    colour = {"running": "green", "stopped": "yellow", "resumed": "cyan", "killed": "red"}
+    for s in fleet.slots:
+        state = f"[{colour.get(s.state, 'white')}]{s.state}[/]"
+        workers.add_row(s.label, str(s.proc.pid), state, str(len(s.lease_lost)))
+    story = Table(title="what happened", show_header=False, box=None)
+    story.add_column()
+    for line in fleet.story[-12:]:
+        story.add_row(line)
+    return Group(jobs, workers, story)
+
+
+def run_demo(url: str, name: str = "demo") -> bool:
+    """Run the story; returns True when every check passed (nothing lost)."""
     q = Queue.from_url(url, name)
     q.obliterate(force=True)
-    rows: list[tuple[str, dict[str, int]]] = []
-    console.rule("[bold]emq demo[/bold]: stalled recovery, one script per step")
-    console.print(f"server {url}, queue [bold]{name}[/bold]")
-    q.enqueue_many([("resize", {"image": i}) for i in range(jobs)])
-    rows.append(("enqueued", q.counts()))
-
-    first = q.claim(count=30, lease_ms=LEASE_MS)
-    console.print(f"worker A leased {len(first)} jobs for {LEASE_MS} ms, then stopped answering")
-    for job in first[:10]:
-        q.complete(job.id, job.token)
-    console.print("worker A completed 10 of them before it stalled")
-    rows.append(("A leased 30, done 10", q.counts()))
-
-    _lapse(q)
-    console.print("the other 20 leases lapsed (deadline <= now, server clock)")
-    sweeps = [q.sweep_stalled(max_stalled=2, limit=100) for _ in range(2)]
-    recovered = [i for s in sweeps for i in s.recovered]
-    console.print(
-        f"two sweeps ran back to back: the first recovered {len(sweeps[0].recovered)}, "
-        f"the second {len(sweeps[1].recovered)} (the jobs were already gone from active)"
-    )
-    rows.append(("after sweep 1", q.counts()))
-
-    late = first[10]
-    try:
-        q.complete(late.id, late.token)
-        refused = False
-    except LeaseLost:
-        refused = True
-    console.print(
-        f"worker A woke up and tried to complete {late.id}: "
-        + ("[green]refused (LeaseLost)[/green]" if refused else "[red]accepted[/red]")
-    )
-
-    poison = q.claim(count=20, lease_ms=LEASE_MS)
-    stalled_ids = {j.id for j in poison if j.stalled == 1}
-    console.print(
-        f"worker B leased {len(poison)} jobs; {len(stalled_ids)} had stalled once "
-        "already, and B stalls too"
-    )
-    _lapse(q)
-    second = q.sweep_all(max_stalled=2)
-    console.print(
-        f"sweep 2: {len(second.recovered)} recovered, {len(second.dead)} dead-lettered "
-        "(stalled twice = max_stalled)"
-    )
-    rows.append(("after sweep 2", q.counts()))
-
-    rest = q.claim(count=1000, lease_ms=30_000)
-    q.complete_many([(j.id, j.token) for j in rest])
-    final = q.counts()
-    rows.append(("worker C finished the rest", final))
-    console.print(_counts_table("counts per location", rows))
-
-    dead_jobs = q.jobs("dead", 0, 1000)
-    checks = {
-        "each expired lease recovered exactly once": sorted(recovered)
-        == sorted({j.id for j in first[10:]}),
-        "the stale completion was refused": refused,
-        "jobs stalled twice are dead with last_error=stalled": {j.id for j in dead_jobs}
-        == stalled_ids
-        and all(j.last_error == "stalled" and j.stalled == 2 for j in dead_jobs),
-        "nothing lost: completed + dead == enqueued": final["completed"] + final["dead"] == jobs
-        and final["pending"] + final["active"] + final["schedule"] == 0,
-    }
-    for label, ok in checks.items():
-        console.print(("[green]ok  [/green] " if ok else "[red]FAIL[/red] ") + label)
+    console.rule("[bold]emq demo[/bold]: workers crash, freeze and die; no job is lost")
+    console.print(f"server {url}, queue [bold]{name}[/bold], lease {LEASE_MS} ms, "
+                  f"sweep every {STALLED_MS} ms, max_stalled {MAX_STALLED}")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="emq-demo-") as tmp:
+        fleet = Fleet(url, name, Path(tmp))
+        q.enqueue_many([("resize", {"image": i, "ms": 100 + (i * 37) % 200}) for i in range(JOBS)])
+        fleet.say(f"enqueued {JOBS} resize jobs")
+        for _ in range(WORKERS):
+            fleet.spawn()
+        fleet.say(f"started {WORKERS} workers ({CONCURRENCY} jobs at a time each)")
+        poison_id, total, killed, frozen = "", JOBS, None, None
+        counts = q.counts()
+        with Live(_view(fleet, counts, total), console=console, refresh_per_second=8,
+                  auto_refresh=console.is_terminal) as live:  # fmt: skip
+            while True:
+                t = fleet.now()
+                if killed is None and t >= KILL_AT:
+                    killed = fleet.alive()[0]
+                    killed.proc.kill()
+                    killed.state = "killed"
+                    fleet.say(f"SIGKILL {killed.label} mid-job: its leases will lapse")
+                    fleet.say(f"supervisor started {fleet.spawn().label} in its place")
+                if not poison_id and t >= POISON_AT:
+                    poison_id = q.enqueue("poison", None, priority=-1)
+                    total += 1
+                    fleet.say(f"enqueued poison job {poison_id}: it kills any worker")
+                if frozen is None and t >= STOP_AT:
+                    frozen = next(s for s in fleet.alive() if s.state == "running")
+                    os.kill(frozen.proc.pid, signal.SIGSTOP)
+                    frozen.state = "stopped"
+                    fleet.say(f"SIGSTOP {frozen.label}: frozen past its {LEASE_MS} ms lease")
+                if frozen is not None and frozen.state == "stopped" and t >= CONT_AT:
+                    os.kill(frozen.proc.pid, signal.SIGCONT)
+                    frozen.state = "resumed"
+                    fleet.say(f"SIGCONT {frozen.label}: it wakes up and tries to finish")
+                fleet.supervise()
+                counts = q.counts()
+                live.update(_view(fleet, counts, total))
+                settled = counts["completed"] + counts["dead"] == total and poison_id
+                if (settled and frozen is not None and frozen.state == "resumed"
+                        and t >= CONT_AT + 1.0) or t > TIME_LIMIT:  # fmt: skip
+                    break
+                time.sleep(0.1)
+            fleet.say("SIGTERM to every worker: graceful stop")
+            fleet.stop_all()
+            counts = q.counts()
+            live.update(_view(fleet, counts, total))
+        ok = _summary(q, fleet, counts, total, poison_id, frozen)
     q.close()
+    return ok
+
+
+def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_id: str,
+             frozen: Slot | None) -> bool:  # fmt: skip
+    places: dict[str, int] = {}
+    for loc in Location:
+        for job_id in q.client.zrange(q.core.keys.location(loc.value), 0, -1):
+            places[str(job_id)] = places.get(str(job_id), 0) + 1
+    row = q.job(poison_id) if poison_id else None
+    stale = frozen.lease_lost[0] if frozen is not None and frozen.lease_lost else None
+    refused = False
+    if stale is not None:
+        try:
+            q.complete(stale["job"], int(stale["token"]))
+        except LeaseLost:
+            refused = True
+    checks = {
+        f"nothing lost: completed {counts['completed']} + dead {counts['dead']} == "
+        f"enqueued {total}": counts["completed"] + counts["dead"] == total
+        and counts["pending"] + counts["active"] + counts["schedule"] == 0,
+        "no job in two places": all(n == 1 for n in places.values()),
+        f"each expired lease recovered once ({counts['recovered']} recoveries, "
+        f"{len(fleet.recovered)} reported by sweeps)": counts["recovered"] == len(fleet.recovered)
+        and len(fleet.recovered) >= 1,
+        f"poison job dead after exactly {MAX_STALLED} stalls, last_error=stalled": row is not None
+        and (row.state, row.stalled, row.last_error) == ("dead", MAX_STALLED, "stalled"),
+        "the frozen worker's stale lease was refused, and so is a completion with its token": stale
+        is not None
+        and refused,
+        "every worker left stopped cleanly on SIGTERM (exit 0)": all(c == 0 for c in fleet.exits),
+    }
+    console.print()
+    console.rule("summary")
+    for label, good in checks.items():
+        console.print(("[green]ok  [/green] " if good else "[red]FAIL[/red] ") + label)
     return all(checks.values())
 
 
@@ -124,7 +271,7 @@ def run_demo(url: str, name: str = "demo", jobs: int = 100) -> bool:
 @url_option
 @handle_errors
 def demo(url: str | None) -> None:
-    """Show stalled recovery end to end on the embedded server (or --url)."""
+    """Crash, freeze and poison workers on the embedded server (or --url); lose nothing."""
     ok = run_demo(resolve_url(url))
     sys.exit(0 if ok else 1)
 
