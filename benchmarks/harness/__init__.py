@@ -1,0 +1,1 @@
+"""The benchmark harness: venvs, server, measurements, report (see docs/benchmarks.md)."""

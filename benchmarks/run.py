@@ -1,0 +1,59 @@
+"""Run the whole benchmark: emq against the Python queues, the raw limits, emq-only figures.
+
+    python3 benchmarks/run.py                 # full run (~15 min), updates docs/benchmarks.md
+    python3 benchmarks/run.py --quick         # smaller sizes, a couple of minutes
+    python3 benchmarks/run.py --only emq,rq   # just these systems (raw limits always run)
+
+It builds benchmarks/.venv (emq editable, matplotlib) and one venv per peer under
+benchmarks/.venv/peers/, starts one private server on loopback, and writes
+benchmarks/results/<date>.json and .png. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.venvs import PEERS, ensure_harness
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes; does not touch the docs")
+    p.add_argument("--only", default="", help="comma-separated systems, e.g. emq,arq")
+    p.add_argument("--runs", type=int, default=3, help="runs per figure (median taken)")
+    p.add_argument(
+        "--emq-mode",
+        choices=["worker", "loop", "both"],
+        default="worker",
+        help="emq processing through the Worker (default), a bare claim/complete loop, or both",
+    )
+    p.add_argument("--docs", action="store_true", help="update docs/benchmarks.md even if quick")
+    p.add_argument("--no-docs", action="store_true", help="never update docs/benchmarks.md")
+    args = p.parse_args()
+    systems = ["emq", *PEERS]
+    if args.only:
+        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in systems]
+        if unknown:
+            p.error(f"unknown systems {unknown}; choose from {systems}")
+        systems = [s for s in systems if s in wanted]
+    args.systems = systems
+    if args.runs < 1:
+        p.error("--runs must be >= 1")
+    return args
+
+
+def main() -> None:
+    args = parse()
+    ensure_harness()  # re-execs inside benchmarks/.venv when needed
+    from harness.orchestrate import run_all
+
+    run_all(args, " ".join(["python3", "benchmarks/run.py", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()
