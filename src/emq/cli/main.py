@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import archive_cmds, demo, queue_cmds, server_cmds, worker_cmd
+from . import archive_cmds, demo, queue_cmds, race, server_cmds, worker_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +19,7 @@ queue_cmds.register(cli)
 demo.register(cli)
 archive_cmds.register(cli)
 worker_cmd.register(cli)
+race.register(cli)
 
 
 def main() -> None:
