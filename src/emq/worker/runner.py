@@ -182,15 +182,16 @@ class Runner:
             raise exc
 
     async def first(self, *aws: Awaitable[Any]) -> None:
-        """Wait for the first of ``aws`` or the stop event; cancel the others."""
+        """Wait for the first of ``aws`` or the stop event. Tasks made here from coroutines
+        are cancelled after; futures passed in are left to the caller."""
         tasks = [asyncio.ensure_future(a) for a in aws]
+        made = [t for t, a in zip(tasks, aws, strict=True) if t is not a]
         stop = asyncio.ensure_future(self.stop.wait())
         try:
             await asyncio.wait([*tasks, stop], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
+            for t in made:
+                t.cancel()
             stop.cancel()
 
     async def retry(self, where: str, send: Callable[[], Awaitable[T]]) -> T | None:
