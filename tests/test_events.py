@@ -128,10 +128,12 @@ def test_follow_blocks_in_xread_instead_of_polling(queue: Queue, client: redis.R
         queue.enqueue("new", None)
 
     before = _xread_calls(client)
-    threading.Thread(target=later).start()
+    thread = threading.Thread(target=later)
+    thread.start()
     for e in queue.events("$", follow=True):
         got.append(e)
         break
+    thread.join()  # its enqueue may still be reading its reply when the event arrives
     assert [e.fields["name"] for e in got] == ["new"]
     assert _xread_calls(client) - before <= 2  # one blocking call waited the 0.6 s out
 
@@ -141,13 +143,15 @@ async def test_async_iterator_follows_from_a_position(url: str, queue: Queue) ->
     aq = AsyncQueue.from_url(url, queue.name)
     try:
         start = next(iter(queue.events())).id
+        stream = aq.events(after=start)
 
         async def collect() -> list[Event]:
             out = []
-            async for e in aq.events(after=start):
+            async for e in stream:
                 out.append(e)
                 if len(out) == 2:
-                    return out
+                    break
+            await stream.aclose()
             return out
 
         task = asyncio.create_task(collect())
@@ -170,7 +174,7 @@ async def test_async_iterator_from_now_sees_only_new_events(url: str, queue: Que
         queue.enqueue("after", None)
         e = await asyncio.wait_for(nxt, 10)
         assert (e.event, e.fields["name"]) == ("enqueued", "after")
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
     finally:
         await aq.close()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -232,7 +232,7 @@ class AsyncQueue(ShellBase):
             rows = await p.execute()
         return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
 
-    def events(self, after: str = "$") -> AsyncIterator[Event]:
+    def events(self, after: str = "$") -> AsyncGenerator[Event, None]:
         """Follow the event stream from ``after`` (see :func:`emq.events.aiter_events`)."""
         return aiter_events(self.client, self.core.keys, after=after)
 

@@ -17,7 +17,7 @@ behind than the archiver's cadence can miss entries that only the floor still ho
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -196,10 +196,11 @@ async def aiter_events(
     after: str = "$",
     block_ms: int = 5_000,
     count: int = 100,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Follow the stream from ``after`` (default ``"$"``: what is appended from now on; an id:
     everything above it; ``"0-0"``: the whole live stream first). Blocks in ``XREAD BLOCK``;
-    it never ends by itself, so break out of the loop or cancel the task to stop."""
+    it never ends by itself: break out of the loop (then ``await it.aclose()``) or cancel the
+    task to stop."""
     pos = _position(after)
     if pos == "$":
         pos = _last_id(await client.xrevrange(keys.events, "+", "-", count=1))
