@@ -40,8 +40,6 @@ if not os.environ.get("CI"):  # in CI the test extra provides them: fail there, 
     pytest.importorskip("moto.server")
     pytest.importorskip("boto3")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
