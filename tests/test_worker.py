@@ -501,3 +501,32 @@ async def test_gil_hold_beyond_the_bound_lapses_leases_and_a_process_pool_avoids
     finally:
         pool.shutdown()
     assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_sync_handler_past_its_timeout_keeps_its_thread_slot_until_it_returns(
+    queue: Queue,
+) -> None:
+    """A thread cannot be killed: the attempt fails at the timeout, but ``concurrency``
+    still counts the thread until it returns, so threads in use never exceed it."""
+    marks: dict[str, float] = {}
+    w = Worker(queue, options=WorkerOptions(concurrency=1, burst=True, backoff=FIXED))
+
+    @w.handler("stubborn", timeout_ms=200)
+    def stubborn(payload: Any) -> None:
+        marks["stubborn"] = time.monotonic()
+        time.sleep(1.0)  # ignores ctx.cancelled
+        marks["stubborn_returned"] = time.monotonic()
+
+    @w.handler("quick")
+    def quick(payload: Any) -> None:
+        marks["quick"] = time.monotonic()
+
+    first = queue.enqueue("stubborn", None, max_attempts=1)
+    queue.enqueue("quick", None)
+    await asyncio.wait_for(w.run(), 20)
+    row = queue.job(first)
+    assert row is not None and row.state == "dead" and row.last_error is not None
+    assert row.last_error.startswith("timeout")
+    assert marks["quick"] >= marks["stubborn_returned"]
+    assert w.stats.completed == 1 and w.stats.timeouts == 1

@@ -19,6 +19,7 @@ and ``on_done`` fires only then, so ``concurrency`` always bounds the threads in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -85,12 +86,15 @@ async def run_attempt(
     try:
         if spec.is_async:
             fut = asyncio.ensure_future(spec.acall(payload, ctx))
+            fut.add_done_callback(lambda _f: on_done())
         else:
-            fut = loop.run_in_executor(executor, spec.call, payload, ctx)
-    except Exception as exc:  # the handler raised before its first await
+            work = executor.submit(spec.call, payload, ctx)
+            # the slot is freed when the thread returns, not when the attempt is given up
+            work.add_done_callback(lambda _w: _call_soon(loop, on_done))
+            fut = asyncio.wrap_future(work, loop=loop)
+    except Exception as exc:  # an async handler that is not a coroutine function raised
         on_done()
         return _from_exception(spec, ctx, exc, default_max, default_backoff)
-    fut.add_done_callback(lambda _f: on_done())
 
     def fail(error: str, why: str, retry: bool = True) -> Outcome:
         return failed(
@@ -146,6 +150,11 @@ def _from_exception(
     return failed(
         spec, ctx, describe(exc), "error", default_max=default_max, default_backoff=default_backoff
     )
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to free
+        loop.call_soon_threadsafe(fn)
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

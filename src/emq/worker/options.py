@@ -49,7 +49,8 @@ class WorkerOptions:
     which the sweep dead-letters a job. ``timeout_ms``: the default hard limit of one attempt
     (None: no limit). ``grace_ms``: how long a graceful shutdown waits for running handlers.
     ``poll_ms``: the longest a parked worker waits on the wake list before it claims again.
-    ``burst``: return once nothing is claimable and nothing runs.
+    ``burst``: return once nothing is claimable and nothing runs (jobs waiting in
+    ``schedule`` for a later time, such as retries in backoff, are left for the next run).
     """
 
     concurrency: int = 10
@@ -159,7 +160,7 @@ class WorkerStats:
     uncertain_acks: int = 0
     heartbeats: int = 0
     heartbeat_max_late_ms: float = 0.0
-    lost_ids: list[str] = field(default_factory=list)
+    lost_ids: list[str] = field(default_factory=list)  # the last 1,000
 
     def as_dict(self) -> dict[str, Any]:
         fields = self.__dataclass_fields__

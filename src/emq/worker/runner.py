@@ -288,7 +288,7 @@ class Runner:
 
     def count_lost(self, lease: Lease, via: str) -> None:
         self.stats.lease_lost += 1
-        self.stats.lost_ids.append(lease.id)
+        self.stats.lost_ids = [*self.stats.lost_ids[-999:], lease.id]
         self.event(
             "warning",
             f"lease lost ({via} refused); result discarded",
