@@ -6,6 +6,7 @@ One cycle, in this order (each step is a named pause point for tests, see ``Hook
    so only one floor archives a queue; the same floor reopened after a crash re-takes it at
    once) and write the floor's W to ``events:archived``. From then on the transition scripts
    append without trimming: the archiver owns retention. This also repairs a stale cache.
+   Then the continuity check below runs against the floor's W.
 1. ``read``: ``XRANGE (W +`` in chunks, at most ``batch`` entries.
 2. ``folded``: insert them into the floor and record the new W, in one SQLite transaction,
    idempotent by stream id.
@@ -230,15 +231,16 @@ class Archive:
         stop: threading.Event | None = None,
         after_cycle: Callable[[Totals], None] | None = None,
     ) -> None:
-        """Catch up, call ``after_cycle`` (e.g. ship closed segments), wait ``every_s``; until
-        ``stop`` is set. A connection error is logged and retried on the next tick. On the way
-        out the lease is released (``events:archived`` is kept: retention stays with an
-        archiver until :meth:`release` is called)."""
+        """Catch up (at most 100 cycles at a time), call ``after_cycle`` (e.g. ship closed
+        segments), wait ``every_s``; until ``stop`` is set. A connection error is logged and
+        retried on the next tick; an :class:`ArchiveConflict` ends the loop (it needs a human).
+        On the way out the lease is released (``events:archived`` is kept: retention stays with
+        an archiver until :meth:`release` is called)."""
         stop = stop or threading.Event()
         try:
             while not stop.is_set():
                 try:
-                    totals = self.catch_up()
+                    totals = self.catch_up(max_cycles=100)
                     if after_cycle is not None:
                         after_cycle(totals)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
