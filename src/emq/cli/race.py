@@ -15,6 +15,7 @@ from typing import Any
 import click
 import redis
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from ..racelab.explorer import COLUMNS, Tally, explore
@@ -63,24 +64,23 @@ def _reply(value: Any) -> str:
 
 
 def picture(outcome: Outcome) -> Table:
-    """Sweep A | sweep B (and any worker), one row per command: the step, the command with
-    the queue's key prefix left out, and the server's reply."""
+    """Sweep A | sweep B (and any worker), one row per command: the step, the command and the
+    server's reply, with the queue's key prefix left out and the job's id shown as J."""
     r = outcome.result
     prefix = f"emq:{{{r.queue}}}:"
     actors = list(dict.fromkeys(s.actor for s in r.steps))
     actors.sort(key=lambda a: (a.startswith("W"), a))
     table = Table(
         title=f"{outcome.scenario} · {r.mode}",
-        caption=f"keys shown without their prefix {prefix}",
+        caption=f"keys without their prefix {prefix}   J = {r.job}",
         show_lines=True,
     )
     for actor in actors:
-        table.add_column(("worker " if actor.startswith("W") else "sweep ") + actor)
+        title = ("worker " if actor.startswith("W") else "sweep ") + actor
+        table.add_column(title, overflow="fold", ratio=1)
     for step in r.steps:
-        cell = (
-            f"[bold]{step.step}[/bold] {step.command.replace(prefix, '')}\n"
-            f"[dim]->[/dim] {_reply(step.reply)}"
-        )
+        text = f"{step.command.replace(prefix, '')} -> {_reply(step.reply)}"
+        cell = f"[bold]{step.step}[/bold] " + escape(text.replace(r.job, "J"))
         table.add_row(*(cell if a == step.actor else "" for a in actors))
     return table
 

@@ -175,8 +175,24 @@ def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
     out = RunResult(
         spec.queue, job_id, spec.mode, str(spec.schedule), spec.initial_stalled, spec.rounds
     )
-    group = core.job_spec(JobSpec(JOB_NAME, {"lab": spec.queue}, id=job_id))
+    group = core.job_spec(JobSpec(JOB_NAME, None, id=job_id))
     yield Command(call=core.enqueue([group]))
+    try:
+        yield from _rounds(spec, job_id, core, out)
+    except Exception:  # a refused schedule: leave nothing behind, then say why
+        yield Command(("DEL", *run_keys(spec, job_id)))
+        raise
+    stalled = yield Command(("HGET", keys.job(job_id), "stalled"))
+    out.stalled = int(stalled or 0)
+    yield Command(("DEL", *run_keys(spec, job_id)))
+    return out
+
+
+def _rounds(
+    spec: RunSpec, job_id: str, core: QueueCore, out: RunResult
+) -> Generator[Command, Any, None]:
+    """Each round: lease the job, lapse it, run the schedule, then every actor to its end."""
+    keys = core.keys
     if spec.initial_stalled:
         yield Command(("HSET", keys.job(job_id), "stalled", spec.initial_stalled))
     for rnd in range(1, spec.rounds + 1):
@@ -199,10 +215,6 @@ def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
         out.recover_count += sum(
             a.report.recovered.count(job_id) for a in live.values() if a.spec.role == "sweep"
         )
-    stalled = yield Command(("HGET", keys.job(job_id), "stalled"))
-    out.stalled = int(stalled or 0)
-    yield Command(("DEL", *run_keys(spec, job_id)))
-    return out
 
 
 def _actor(spec: RunSpec, actor: ActorSpec, core: QueueCore, rnd: int) -> Actor:
