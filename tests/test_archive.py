@@ -21,8 +21,6 @@ from emq.archive import (
     ArchiveConflict,
     Floor,
     FloorError,
-    archived_key,
-    lease_key,
 )
 from emq.events import Event, read_range
 from emq.keys import QueueKeys
@@ -102,7 +100,7 @@ def test_first_cycle_takes_retention_before_anything_is_read(
     queue: Queue, client: redis.Redis, floor_path: Path
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    key = archived_key(queue.core.keys)
+    key = queue.core.keys.events_archived
 
     def hook(point: str) -> None:
         seen.append((point, bool(client.exists(key))))
@@ -145,7 +143,7 @@ def test_minid_at_w_trims_everything_below_w_and_keeps_w(
     assert w is not None and totals.folded == a.floor.count() == sum(producer.expected.values())
     entries = client.xrange(queue.core.keys.events)
     assert [i for i, _ in entries] == [w]  # W itself stays: already folded, the continuity witness
-    assert client.get(archived_key(queue.core.keys)) == w
+    assert client.get(queue.core.keys.events_archived) == w
     assert loss(client, queue.name, a.floor, producer.expected) == (Counter(), Counter())
     again = a.cycle()
     assert (again.read, again.folded, again.trimmed, again.gap) == (0, 0, 0, None)
@@ -176,7 +174,7 @@ def test_a_second_floor_cannot_archive_the_same_queue(
     reopened = Archive(queue, tmp_path / "a.sqlite3")  # the same floor after a restart: fine
     reopened.cycle()
     first.release_lease()
-    assert queue.client.get(lease_key(queue.core.keys)) is None
+    assert queue.client.get(queue.core.keys.events_archiver) is None
     other.cycle()  # the lease is free: the other floor may take over
     for a in (first, other, reopened):
         a.close()
@@ -228,7 +226,7 @@ def test_run_loop_archives_until_stopped_and_releases_the_lease(
     thread.join(10)
     assert not thread.is_alive()
     assert a.floor.count() == sum(producer.expected.values())
-    assert queue.client.get(lease_key(queue.core.keys)) is None
+    assert queue.client.get(queue.core.keys.events_archiver) is None
     a.close()
 
 

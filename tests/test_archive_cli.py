@@ -9,7 +9,6 @@ import redis
 from click.testing import CliRunner
 
 from emq import Queue
-from emq.archive import archived_key
 from emq.cli.main import cli
 
 
@@ -52,7 +51,7 @@ def test_archive_run_status_history_ship_restore(
     assert again == story
 
     _run("archive", "release", q, "--floor", floor, *u)
-    assert not client.exists(archived_key(queue.core.keys))
+    assert not client.exists(queue.core.keys.events_archived)
 
 
 def test_cli_errors_are_one_line(url: str, queue: Queue, tmp_path: Path) -> None:

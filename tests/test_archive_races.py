@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from emq import Queue
-from emq.archive import PAUSE_POINTS, Archive, archived_key
+from emq.archive import PAUSE_POINTS, Archive
 from emq.events import Event, id_after
 
 from .test_archive import Producer, loss
@@ -178,7 +178,7 @@ def test_crash_at_every_step_then_the_next_cycle_repairs(
     assert restarted.floor.count() == total
     assert loss(client, qname, restarted.floor, producer.expected) == (Counter(), Counter())
     w = restarted.floor.watermark()
-    assert client.get(archived_key(restarted.keys)) == w
+    assert client.get(restarted.keys.events_archived) == w
     assert [i for i, _ in client.xrange(restarted.keys.events)] == [w]
     producer.close()
     restarted.close()
@@ -215,7 +215,7 @@ def test_a_killed_archiver_process_loses_nothing(
     assert a.floor.count() == 50
     assert a.catch_up().folded == sum(producer.expected.values()) - 50
     assert loss(client, qname, a.floor, producer.expected) == (Counter(), Counter())
-    assert client.get(archived_key(a.keys)) == a.floor.watermark()
+    assert client.get(a.keys.events_archived) == a.floor.watermark()
     producer.close()
     a.close()
 
@@ -233,14 +233,14 @@ def test_a_stale_or_deleted_cache_is_repaired_and_a_foreign_trim_is_reported(
     small.enqueue_many([("n", i) for i in range(50)])
     a.catch_up()
     w = a.floor.watermark()
-    client.set(archived_key(a.keys), "1-0")  # stale
+    client.set(a.keys.events_archived, "1-0")  # stale
     r = a.cycle()
-    assert client.get(archived_key(a.keys)) == w and r.gap is None
-    client.delete(archived_key(a.keys))  # gone: the scripts' MAXLEN ~ 10 is back
+    assert client.get(a.keys.events_archived) == w and r.gap is None
+    client.delete(a.keys.events_archived)  # gone: the scripts' MAXLEN ~ 10 is back
     small.enqueue_many([("n", i) for i in range(400)])
     assert client.xlen(a.keys.events) < 400
     r = a.cycle()
     assert r.gap is not None and r.gap[0] == w
-    assert client.exists(archived_key(a.keys))
+    assert client.exists(a.keys.events_archived)
     small.close()
     a.close()

@@ -319,3 +319,12 @@ def test_completing_a_gone_row_is_not_a_lease_lost_event(queue: Queue, client: r
     queue.complete(job_id, c.token)
     assert queue.complete_many([(job_id, c.token)]) == [False]
     assert [f["event"] for _, f in client.xrange(queue.core.keys.events)][-1] == "completed"
+
+
+def test_obliterate_hands_retention_back_to_the_scripts(queue: Queue, client: redis.Redis) -> None:
+    k = queue.core.keys
+    queue.enqueue("x")
+    client.set(k.events_archived, "0-1")
+    client.set(k.events_archiver, "floor-1", px=60_000)
+    queue.obliterate(force=True)
+    assert not client.exists(k.events_archived, k.events_archiver)

@@ -62,6 +62,16 @@ class QueueKeys:
         return self._k("events")
 
     @property
+    def events_archived(self) -> str:
+        """The archive's watermark W; while this key exists, scripts never trim ``events``."""
+        return self._k("events:archived")
+
+    @property
+    def events_archiver(self) -> str:
+        """The lease of the archiver (its floor id) that owns retention of ``events``."""
+        return self._k("events:archiver")
+
+    @property
     def meta(self) -> str:
         return self._k("meta")
 

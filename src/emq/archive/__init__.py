@@ -14,8 +14,6 @@ from .archiver import (
     ArchiveConflict,
     CycleResult,
     Totals,
-    archived_key,
-    lease_key,
 )
 from .floor import SCHEMA_VERSION, Floor, FloorError, Segment, default_path
 from .history import ahistory, history, merge
@@ -50,10 +48,8 @@ __all__ = [
     "Target",
     "Totals",
     "ahistory",
-    "archived_key",
     "default_path",
     "history",
-    "lease_key",
     "merge",
     "open_target",
     "restore",

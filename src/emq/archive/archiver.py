@@ -42,7 +42,6 @@ import redis
 
 from ..errors import EmqError
 from ..events import READ_CHUNK, Event, parse_id, read_range
-from ..keys import QueueKeys
 from ..queue import Queue
 from .floor import Floor, default_path
 
@@ -55,16 +54,6 @@ PAUSE_POINTS = ("claimed", "read", "folded", "cached", "trimmed")
 class ArchiveConflict(EmqError):
     """Trimming would be unsafe: another floor holds the lease, or the stream holds entries
     below W that this floor never folded."""
-
-
-def archived_key(keys: QueueKeys) -> str:
-    """``emq:{q}:events:archived``: W cached for readers; while it exists scripts never trim."""
-    return keys.events + ":archived"
-
-
-def lease_key(keys: QueueKeys) -> str:
-    """``emq:{q}:events:archiver``: the floor id of the archiver that owns retention."""
-    return keys.events + ":archiver"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +156,7 @@ class Archive:
 
     def _claim(self, w: str | None) -> None:
         me = self.floor.floor_id
-        lk = lease_key(self.keys)
+        lk = self.keys.events_archiver
         if not self.client.set(lk, me, nx=True, px=self.lease_ms):
             holder = cast(str | None, self.client.get(lk))
             if holder != me:
@@ -188,7 +177,7 @@ class Archive:
         return out
 
     def _cache(self, w: str) -> None:
-        self.client.set(archived_key(self.keys), w)
+        self.client.set(self.keys.events_archived, w)
 
     def _check_continuity(self, w: str) -> tuple[str, str] | None:
         first = cast(list[Any], self.client.xrange(self.keys.events, "-", "+", count=1))
@@ -208,7 +197,7 @@ class Archive:
         return None
 
     def _trim(self, w: str) -> int:
-        lk = lease_key(self.keys)
+        lk = self.keys.events_archiver
         me = self.floor.floor_id
         with self.client.pipeline(transaction=True) as p:
             try:
@@ -251,7 +240,7 @@ class Archive:
 
     def release_lease(self) -> None:
         """Give up the lease if this floor holds it, so another floor may take over."""
-        lk = lease_key(self.keys)
+        lk = self.keys.events_archiver
         with self.client.pipeline(transaction=True) as p:
             try:
                 p.watch(lk)  # type: ignore[no-untyped-call]
@@ -267,15 +256,15 @@ class Archive:
         transition scripts cap the stream with ``MAXLEN`` again. Only do this once no archiver
         runs for the queue; events trimmed after this are never folded."""
         self.release_lease()
-        self.client.delete(archived_key(self.keys))
+        self.client.delete(self.keys.events_archived)
 
     def status(self) -> dict[str, Any]:
         """W, the cached W, the lease holder, the stream's length, first and last ids, the
         entries above W (``lag``) and how far behind in ms, the floor's rows and segments."""
         w = self.floor.watermark()
         with self.client.pipeline(transaction=True) as p:
-            p.get(archived_key(self.keys))
-            p.get(lease_key(self.keys))
+            p.get(self.keys.events_archived)
+            p.get(self.keys.events_archiver)
             p.xlen(self.keys.events)
             p.xrange(self.keys.events, "-", "+", count=1)
             p.xrevrange(self.keys.events, "+", "-", count=1)

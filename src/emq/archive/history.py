@@ -20,7 +20,6 @@ from ..errors import EmqError
 from ..events import Event, aread_range, read_range
 from ..ids import check_id
 from ..keys import QueueKeys
-from .archiver import archived_key
 from .floor import Floor, default_path
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def history(queue: Queue, job_id: str, floor: FloorArg = None) -> list[Event]:
     db, owned = _resolve(queue.name, floor)
     try:
         if db is None:
-            _no_floor(keys, cast(str | None, queue.client.get(archived_key(keys))))
+            _no_floor(keys, cast(str | None, queue.client.get(keys.events_archived)))
             return merge(job_id, [], read_range(queue.client, keys))
         w = db.watermark()
         live = list(read_range(queue.client, keys, "-" if w is None else w))
@@ -81,7 +80,7 @@ async def ahistory(queue: AsyncQueue, job_id: str, floor: FloorArg = None) -> li
     db, owned = await asyncio.to_thread(_resolve, queue.name, floor)
     try:
         if db is None:
-            _no_floor(keys, cast(str | None, await queue.client.get(archived_key(keys))))
+            _no_floor(keys, cast(str | None, await queue.client.get(keys.events_archived)))
             return merge(job_id, [], await aread_range(queue.client, keys))
         w = await asyncio.to_thread(db.watermark)
         live = await aread_range(queue.client, keys, "-" if w is None else w)

@@ -1,8 +1,8 @@
 -- obliterate: every location -> (queue deleted)
 --
 -- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets;
--- the call that finds them all empty also deletes events, meta, metrics, stalled-check and
--- wake. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
+-- the call that finds them all empty also deletes events (with the archive's watermark and
+-- lease), meta, metrics, stalled-check and wake. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
 -- with its row and dedup key; the caller repeats until done = 1.
 --
 -- KEYS[1] pending        ZSET    waiting jobs
@@ -19,7 +19,8 @@
 -- ARGV[3] force          integer 1 = delete leased jobs too
 -- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain}
 -- Errors: EMQSTATE when jobs are leased and force = 0
--- Derives: job:<id> HASH, de:<dedup> STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING and events:archiver STRING
+--   (deleted with the queue, so a reused name starts with trimming scripts and no archiver)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -57,5 +58,6 @@ for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
   left = left + redis.call('ZCARD', set)
 end
 if left > 0 then return {removed, 0} end
-redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake)
+redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
+  k_events .. ':archived', k_events .. ':archiver')
 return {removed, 1}
