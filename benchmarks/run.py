@@ -26,10 +26,17 @@ def parse() -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated systems, e.g. emq,arq")
     p.add_argument("--runs", type=int, default=3, help="runs per figure (median taken)")
     p.add_argument(
+        "--memory-runs",
+        type=int,
+        default=1,
+        help="runs of the 100,000-job memory figure (deterministic to a few bytes per job)",
+    )
+    p.add_argument(
         "--emq-mode",
         choices=["worker", "loop", "both"],
-        default="worker",
-        help="emq processing through the Worker (default), a bare claim/complete loop, or both",
+        default="both",
+        help="emq processing through the Worker (row emq), a bare claim/complete loop (row "
+        "emq-loop, a reference), or both (default)",
     )
     p.add_argument("--docs", action="store_true", help="update docs/benchmarks.md even if quick")
     p.add_argument("--no-docs", action="store_true", help="never update docs/benchmarks.md")

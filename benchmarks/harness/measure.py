@@ -122,7 +122,7 @@ class Workers:
 
 
 def enqueue(peer: Peer, server: Server, bulk: bool, n: int) -> dict[str, Any]:
-    """One enqueue run on a flushed server; the bulk runs also measure memory per job."""
+    """One enqueue run on a flushed server (the bulk runs also read memory, as a check)."""
     server.flush()
     time.sleep(0.05)
     before, keys_before = server.used_memory(), server.dbsize()
@@ -133,6 +133,12 @@ def enqueue(peer: Peer, server: Server, bulk: bool, n: int) -> dict[str, Any]:
         out["memory_bytes_per_job"] = (server.used_memory() - before) / n
         out["keys_per_job"] = (server.dbsize() - keys_before) / n
     return out
+
+
+def memory(peer: Peer, server: Server, n: int) -> dict[str, Any]:
+    """``INFO memory`` used_memory before and after ``n`` waiting jobs (bulk API)."""
+    out = enqueue(peer, server, True, n)
+    return {k: out[k] for k in ("n", "memory_bytes_per_job", "keys_per_job", "rate")}
 
 
 def _window_rate(starts: list[float]) -> float:

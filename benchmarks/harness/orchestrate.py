@@ -24,7 +24,8 @@ from .venvs import REPO, VENV, ensure_peers, peer_python
 
 FULL = {
     "enqueue_one": 3_000,
-    "enqueue_bulk": 100_000,
+    "enqueue_bulk": 20_000,
+    "memory_jobs": 100_000,
     "proc_deadline_s": 25.0,
     "latency_rate": 1_000.0,
     "latency_s": 3.0,
@@ -35,6 +36,7 @@ FULL = {
 QUICK = FULL | {
     "enqueue_one": 1_000,
     "enqueue_bulk": 10_000,
+    "memory_jobs": 10_000,
     "proc_deadline_s": 10.0,
     "latency_s": 2.0,
     "sweep_leases": 20_000,
@@ -42,7 +44,15 @@ QUICK = FULL | {
     "redis_py_n": 5_000,
 }
 # Jobs per processing run, sized so that one run takes a few seconds at each system's rate.
-PROC_JOBS = {"emq": 60_000, "emq-loop": 60_000, "rq": 400, "arq": 3_000, "streaq": 4_000}
+PROC_JOBS = {
+    "emq": 40_000,
+    "emq-loop": 60_000,
+    "rq": 400,
+    "arq": 2_000,
+    "streaq": 3_000,
+    "bullmq": 4_000,
+    "celery": 4_000,
+}
 PROC_DEFAULT = 6_000
 
 T0 = time.monotonic()
@@ -84,8 +94,8 @@ def _summarise(s: dict[str, Any]) -> None:
     figs = {
         "enqueue_one": _med(s, "enqueue_one", "rate"),
         "enqueue_bulk": _med(s, "enqueue_bulk", "rate"),
-        "memory_bytes_per_job": _med(s, "enqueue_bulk", "memory_bytes_per_job"),
-        "keys_per_job": _med(s, "enqueue_bulk", "keys_per_job"),
+        "memory_bytes_per_job": _med(s, "memory", "memory_bytes_per_job"),
+        "keys_per_job": _med(s, "memory", "keys_per_job"),
         "proc_1": _med(s, "proc_1", "rate"),
         "proc_2": _med(s, "proc_2", "rate"),
         "latency_p50_ms": _med(s, "latency", "p50_ms"),
@@ -191,6 +201,9 @@ def run_all(args: argparse.Namespace, command: str) -> None:
                 lambda _n, p, _i: measure.enqueue(p, server, False, n1))  # fmt: skip
         _repeat("enqueue bulk", args.runs, systems, enq, "enqueue_bulk",
                 lambda _n, p, _i: measure.enqueue(p, server, True, nb))  # fmt: skip
+        nm = cfg["memory_jobs"]
+        _repeat("memory", args.memory_runs, systems, enq, "memory",
+                lambda _n, p, _i: measure.memory(p, server, nm))  # fmt: skip
         for procs in (1, 2):
 
             def proc(name: str, p: Peer, i: int, procs: int = procs) -> dict[str, Any]:
@@ -229,7 +242,8 @@ def run_all(args: argparse.Namespace, command: str) -> None:
             "load_end": list(os.getloadavg()),
         },
         "server": server.info,
-        "settings": {**cfg, "quick": args.quick, "runs": args.runs, "proc_jobs": PROC_JOBS,
+        "settings": {**cfg, "quick": args.quick, "runs": args.runs,
+                     "memory_runs": args.memory_runs, "proc_jobs": PROC_JOBS,
                      "proc_default": PROC_DEFAULT, "venv": str(VENV),
                      "pythons": {k: str(peer_python(p.name)) for k, p in peers.items()}},
         "systems": systems,

@@ -5,8 +5,9 @@
 - ``worker``: ``emq.worker.Worker`` with async no-op handlers, ``concurrency`` handlers at once;
 - ``loop``: a minimal claim / run / complete_many loop on ``AsyncQueue`` (claim up to
   ``concurrency`` jobs in one script call, await each handler in turn, acknowledge the batch in
-  one script call, park on the queue's wake list when empty). It is a stand-in used only until
-  the Worker is committed, and the results label it so.
+  one script call, park on the queue's wake list when empty). No heartbeat, timeout, retry or
+  graceful stop: it shows what the core's scripts allow, as the row ``emq-loop``, next to the
+  Worker's row ``emq``; the targets are judged on the Worker.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MODE = os.environ.get("BENCH_EMQ_MODE", "worker")
 MODEL = (
     f"asyncio Worker, concurrency={CONCURRENCY}"
     if MODE == "worker"
-    else f"asyncio claim/complete_many loop (no Worker yet), batch={CONCURRENCY}"
+    else f"bare AsyncQueue claim/complete_many loop, batch={CONCURRENCY} (reference only)"
 )
 BULK = "AsyncQueue.enqueue_many (1,000 jobs per script call)"
 CHUNK = 1000
