@@ -115,6 +115,7 @@ def test_sigkill_mid_job_is_recovered_within_lease_plus_interval_and_completes_o
     starts = [r for r in runs(client, qname) if r.startswith("start")]
     assert [s.split(":")[2] for s in starts] == [str(a.pid), str(b.pid)]
     assert [r for r in runs(client, qname) if r.startswith("done")] == [f"done:{job}:{b.pid}"]
+    print(f"\nSIGKILL mid-job: recovered {recovered_after:.2f} s after the kill")
     # lease 1.5 s + sweep interval 0.3 s, plus the poll slack of this test
     assert recovered_after < 1.5 + 0.3 + 1.0, recovered_after
     c = queue.counts()
