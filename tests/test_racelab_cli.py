@@ -43,7 +43,7 @@ def test_race_all_scenarios_both_modes(url: str) -> None:
 def test_race_picture_without_json(url: str) -> None:
     res = CliRunner().invoke(cli, ["race", "counter", "--url", url])
     assert res.exit_code == 0, res.output
-    for text in ("sweep A", "sweep B", "worker W", "sweep_stalled.lua", "HGET", "readout"):
+    for text in ("sweep A", "sweep B", "worker", "sweep_stalled.lua", "HGET", "readout"):
         assert text in res.output
     assert "1 increment lost" in res.output
 

@@ -64,24 +64,27 @@ def _reply(value: Any) -> str:
 
 
 def picture(outcome: Outcome) -> Table:
-    """Sweep A | sweep B (and any worker), one row per command: the step, the command and the
-    server's reply, with the queue's key prefix left out and the job's id shown as J."""
+    """Sweep A | sweep B (and, when a worker takes part, the workers), one row per command:
+    the step, the command and the server's reply, with the queue's key prefix left out and
+    the job's id shown as J."""
     r = outcome.result
     prefix = f"emq:{{{r.queue}}}:"
-    actors = list(dict.fromkeys(s.actor for s in r.steps))
-    actors.sort(key=lambda a: (a.startswith("W"), a))
+    workers = list(dict.fromkeys(s.actor for s in r.steps if s.actor.startswith("W")))
+    columns = sorted({s.actor for s in r.steps} - set(workers)) + (["W"] if workers else [])
     table = Table(
         title=f"{outcome.scenario} · {r.mode}",
         caption=f"keys without their prefix {prefix}   J = {r.job}",
         show_lines=True,
     )
-    for actor in actors:
-        title = ("worker " if actor.startswith("W") else "sweep ") + actor
+    for column in columns:
+        title = f"sweep {column}" if column != "W" else f"worker{'s' if len(workers) > 1 else ''}"
         table.add_column(title, overflow="fold", ratio=1)
     for step in r.steps:
+        column = "W" if step.actor in workers else step.actor
+        who = f"{step.actor} " if column == "W" and len(workers) > 1 else ""
         text = f"{step.command.replace(prefix, '')} -> {_reply(step.reply)}"
-        cell = f"[bold]{step.step}[/bold] " + escape(text.replace(r.job, "J"))
-        table.add_row(*(cell if a == step.actor else "" for a in actors))
+        cell = f"[bold]{who}{step.step}[/bold] " + escape(text.replace(r.job, "J"))
+        table.add_row(*(cell if c == column else "" for c in columns))
     return table
 
 
