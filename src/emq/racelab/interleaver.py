@@ -277,7 +277,7 @@ def _through(actor: _Live, token: Token) -> Generator[tuple[str, Command], None,
         yield step, command
 
 
-def run_specs(
+def spec_for(
     queue: str,
     mode: Mode,
     actors: Sequence[ActorSpec],

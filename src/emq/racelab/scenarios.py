@@ -23,7 +23,7 @@ import redis
 
 from ..queue import Queue
 from .forms import MODES, Mode
-from .interleaver import RunResult, RunSpec, lab_run, run_keys, run_specs
+from .interleaver import RunResult, RunSpec, lab_run, run_keys, spec_for
 from .schedule import ActorSpec, ScheduleError
 from .wire import execute
 
@@ -46,10 +46,10 @@ class Scenario:
 
     def spec(self, mode: Mode, queue: str, *, repeated: bool = False) -> RunSpec:
         if repeated:
-            return run_specs(
+            return spec_for(
                 queue, mode, self.actors, self.schedules[mode], rounds=self.repeat_rounds
             )
-        return run_specs(
+        return spec_for(
             queue, mode, self.actors, self.schedules[mode], initial_stalled=self.initial_stalled
         )
 
@@ -115,8 +115,8 @@ def _two_sweeps(r: RunResult, _: RunResult | None) -> str:
             f"{head}: B slipped between A's detect and move and recovered the same lease "
             f"again; the counter reads {r.stalled} for one stall"
         )
-    how = "the move is one EVALSHA, so" if r.mode == "atomic" else ""
-    return f"{head}: {how} sweep B found the job already gone".replace(":  ", ": ")
+    how = "the move is one EVALSHA, so sweep B" if r.mode == "atomic" else "sweep B"
+    return f"{head}: {how} found the job already gone"
 
 
 def _counter(r: RunResult, _: RunResult | None) -> str:

@@ -86,7 +86,11 @@ class Link:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.conn = client.connection_pool.get_connection()
+        pool = client.connection_pool
+        try:
+            self.conn = pool.get_connection()
+        except TypeError:  # redis-py < 5.3 wants a command name here
+            self.conn = pool.get_connection("PING")
 
     def __enter__(self) -> Link:
         return self
