@@ -16,7 +16,7 @@ import redis
 from emq.queue import Queue
 from emq.racelab import forms
 from emq.racelab.forms import NAIVE_STEPS, Mode
-from emq.racelab.interleaver import lab_run, run_specs
+from emq.racelab.interleaver import lab_run, spec_for
 from emq.racelab.scenarios import SCENARIOS, run_scenario
 from emq.racelab.schedule import ActorSpec, Schedule, ScheduleError, merges
 from emq.racelab.wire import execute
@@ -111,7 +111,7 @@ def test_claim_between_is_double_delivery_not_pending_twice(client: redis.Redis)
 
 
 def _run(client: redis.Redis, qname: str, mode: Mode, actors: list[ActorSpec], sched: str) -> Any:
-    spec = run_specs(qname, mode, actors, sched)
+    spec = spec_for(qname, mode, actors, sched)
     return execute(client, lab_run(spec, Queue(client, qname).new_id()))
 
 
