@@ -107,8 +107,13 @@ class AsyncQueue(ShellBase):
             out += await self._run(self.core.enqueue(groups[start : start + 1000]))
         return out
 
-    async def claim(self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS) -> list[Claimed]:
-        return await self._run(self.core.claim(count, lease_ms))  # type: ignore[no-any-return]
+    async def claim(
+        self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``count`` jobs. Re-sending with the same ``request`` id (after a
+        connection error) returns the same jobs for ``lease_ms`` instead of leasing more."""
+        call = self.core.claim(count, lease_ms, request)
+        return await self._run(call)  # type: ignore[no-any-return]
 
     async def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
         (deadline,) = await self._run(self.core.extend([(job_id, token)], lease_ms))

@@ -110,8 +110,13 @@ class Queue(ShellBase):
             out += self._run(self.core.enqueue(groups[start : start + 1000]))
         return out
 
-    def claim(self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS) -> list[Claimed]:
-        return self._run(self.core.claim(count, lease_ms))  # type: ignore[no-any-return]
+    def claim(
+        self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``count`` jobs. Re-sending with the same ``request`` id (after a
+        connection error) returns the same jobs for ``lease_ms`` instead of leasing more."""
+        call = self.core.claim(count, lease_ms, request)
+        return self._run(call)  # type: ignore[no-any-return]
 
     def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
         """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost."""

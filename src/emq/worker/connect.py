@@ -1,9 +1,9 @@
 """Connections of a worker and what it does when the server goes away.
 
 A worker opens its own clients (never the caller's) with redis-py's automatic command retry
-turned off, so the worker alone decides what is safe to re-send: a claim is re-sent blindly
-(a claim whose reply was lost leaves its jobs leased to nobody until the sweep recovers them),
-a complete or fail is re-sent and a refusal is then checked against the row (see
+turned off, so the worker alone decides what is safe to re-send: a claim is re-sent with the
+same request id (the server kept its reply for ``lease_ms``, so the same jobs come back), a
+complete or fail is re-sent and a refusal is then checked against the row (see
 ``docs/worker.md``). :class:`Outage` logs once per outage and hands out jittered backoff.
 """
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -132,9 +133,10 @@ class Runner:
             want = min(room - total, 1000)
             if want <= 0:
                 break
-            jobs = await self.retry(
-                "claim", functools.partial(q.claim, want, self.options.lease_ms)
-            )
+            # one request id for every re-send: a claim whose reply was lost returns its jobs
+            request = uuid.uuid4().hex
+            claim = functools.partial(q.claim, want, self.options.lease_ms, request=request)
+            jobs = await self.retry("claim", claim)
             if jobs is None:
                 return None
             for c in jobs:
