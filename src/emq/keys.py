@@ -94,6 +94,10 @@ class QueueKeys:
     def dedup(self, key: str) -> str:
         return self._k("de:" + key)
 
+    def claim_reply(self, request: str) -> str:
+        """Where claim.lua keeps a call's reply for ``lease_ms``, by its request id."""
+        return self._k("claim:" + request)
+
     def location(self, name: str) -> str:
         return self._k(name)
 

@@ -161,7 +161,7 @@ def run_keys(spec: RunSpec, job_id: str) -> list[str]:
     fixed = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta, k.metrics, k.wake]
     claimers = ["", *(a.name for a in spec.actors if a.role == "worker")]
     replies = [
-        k.location("claim:" + claim_request(rnd, name))
+        k.claim_reply(claim_request(rnd, name))
         for rnd in range(1, spec.rounds + 1)
         for name in claimers
     ]
