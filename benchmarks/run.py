@@ -40,6 +40,11 @@ def parse() -> argparse.Namespace:
     )
     p.add_argument("--docs", action="store_true", help="update docs/benchmarks.md even if quick")
     p.add_argument("--no-docs", action="store_true", help="never update docs/benchmarks.md")
+    p.add_argument(
+        "--render",
+        metavar="RESULTS_JSON",
+        help="measure nothing: redraw the chart and docs/benchmarks.md from a results file",
+    )
     args = p.parse_args()
     systems = ["emq", *PEERS]
     if args.only:
@@ -57,6 +62,11 @@ def parse() -> argparse.Namespace:
 def main() -> None:
     args = parse()
     ensure_harness()  # re-execs inside benchmarks/.venv when needed
+    if args.render:
+        from harness.report import render
+
+        render(Path(args.render).resolve())
+        return
     from harness.orchestrate import run_all
 
     run_all(args, " ".join(["python3", "benchmarks/run.py", *sys.argv[1:]]))

@@ -89,9 +89,8 @@ def models_table(result: dict[str, Any]) -> str:
         status = s.get("status", "")
         if error:
             status += f": {error}"[:300]
-        lines.append(
-            f"| {name} | {versions} | {s.get('model', '-')} | {s.get('bulk', '-')} | {status} |"
-        )
+        cells = [name, versions, s.get("model", "-"), s.get("bulk", "-"), status]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -129,7 +128,8 @@ def chart(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
     for ax, f in zip(axes.flat, FIGURES, strict=False):
         values = [result["systems"][n].get("figures", {}).get(f.key) or 0 for n in names]
-        colors = ["#d62728" if n.startswith("emq") else "#7f7f7f" for n in names]
+        palette = {"emq": "#d62728", "emq-loop": "#f4a3a3"}
+        colors = [palette.get(n, "#7f7f7f") for n in names]
         ax.bar(range(len(names)), values, color=colors)
         raw = result["raw"]["figures"].get(f.raw) if f.raw else None
         if raw:
@@ -191,6 +191,15 @@ def section(result: dict[str, Any], chart_rel: str) -> str:
         models_table(result),
     ]
     return "\n\n".join(parts)
+
+
+def render(path: Path) -> None:
+    """Redraw the chart and rewrite the doc's results section from a saved results file."""
+    result = json.loads(path.read_text())
+    png = path.with_suffix(".png")
+    chart(result, png)
+    (RESULTS / "latest.png").write_bytes(png.read_bytes())
+    update_doc(result, "../benchmarks/results/latest.png")
 
 
 def update_doc(result: dict[str, Any], chart_rel: str) -> None:
