@@ -201,11 +201,15 @@ def latency(
     lat_ms = sorted((start - sent_at) * 1000 for start, sent_at in stamped)
     if not lat_ms:
         raise RunError("no stamped job ran")
+    # Kept up: every job ran, at (close to) the offered rate from first send to last start.
+    span = max(r[0] for r in stamped) - min(r[1] for r in stamped)
+    handled = len(stamped) / span if span > 0 else 0.0
     return {
         "offered_rate": rate,
         "sent": sent,
         "ran": len(lat_ms),
-        "saturated": len(lat_ms) < sent,
+        "handled_rate": handled,
+        "saturated": len(lat_ms) < sent or handled < 0.9 * rate,
         "producer_late_max_ms": produced["late_max_ms"],
         "p50_ms": percentile(lat_ms, 50),
         "p99_ms": percentile(lat_ms, 99),

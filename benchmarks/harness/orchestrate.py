@@ -164,9 +164,20 @@ def _git_head() -> str:
     return done.stdout.strip()
 
 
+def _src_changes() -> list[str]:
+    """Uncommitted changes under src/ (emq is installed editable, so they were measured)."""
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src"],
+        capture_output=True,
+        text=True,
+    )
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
 def run_all(args: argparse.Namespace, command: str) -> None:
     cfg = QUICK if args.quick else FULL
     load_start = os.getloadavg()
+    src_changes = _src_changes()
     stamp = datetime.now().strftime("%Y-%m-%d-%H%M%S") + ("-quick" if args.quick else "")
     log(f"load average at start: {load_start}")
     peer_names = [s for s in args.systems if s != "emq"]
@@ -233,6 +244,7 @@ def run_all(args: argparse.Namespace, command: str) -> None:
         "stem": stamp,
         "command": command,
         "git_head": _git_head(),
+        "src_uncommitted": src_changes,
         "elapsed_s": time.monotonic() - T0,
         "machine": {
             "nproc": os.cpu_count(),
