@@ -32,7 +32,7 @@ from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
 from .events import Event, aiter_events
 from .ids import check_id
-from .shell import DEFAULT_LEASE_MS, ShellBase, as_spec, expect, lease_candidates, minter_for
+from .shell import CHUNK, DEFAULT_LEASE_MS, WINDOW, ShellBase, expect, lease_candidates, minter_for
 from .states import Location
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class AsyncQueue(ShellBase):
                 else:
                     self._minter.lost()
                     raise EmqError("no free id node number (1,024 processes are minting)")
-            return [self._minter.mint() for _ in range(n)]
+            return self._minter.mint_many(n)
 
     async def new_id(self) -> str:
         return (await self.new_ids(1))[0]
@@ -100,12 +100,21 @@ class AsyncQueue(ShellBase):
         return (await self.enqueue_many([spec]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
-        groups = self._groups([as_spec(j) for j in jobs])
-        self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
-        out: list[EnqueuedId] = []
-        for start in range(0, len(groups), 1000):
-            out += await self._run(self.core.enqueue(groups[start : start + 1000]))
-        return out
+        groups = self._groups(jobs)
+        explicit = self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
+        calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
+        if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
+            return [job_id for call in calls for job_id in await self._run(call)]
+        # fresh ids cannot conflict: keep a few chunks in flight on their own connections, so
+        # the server runs one while the next is encoded and sent
+        gate = asyncio.Semaphore(WINDOW)
+
+        async def send(call: Call[list[EnqueuedId]]) -> list[EnqueuedId]:
+            async with gate:
+                return await self._run(call)  # type: ignore[no-any-return]
+
+        replies = await asyncio.gather(*(send(call) for call in calls))
+        return [job_id for reply in replies for job_id in reply]
 
     async def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None

@@ -29,6 +29,7 @@ MAX_BATCH = 1_000
 MAX_CHUNK = 10_000
 MAX_ERROR_CHARS = 4_096
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+MAX_DELAY_MS = 10 * 365 * 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,21 +113,31 @@ def _int_option(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+_VALID_NAMES: set[str] = set()  # job names already checked (bounded: names repeat)
+
+
 def check_job_name(name: object) -> str:
+    if name.__class__ is str and name in _VALID_NAMES:
+        return name
     if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
         raise InvalidName(
             f"job name {name!r} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
         )
+    if len(_VALID_NAMES) < 4096:
+        _VALID_NAMES.add(name)
     return name
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def encode_payload(payload: Any, limit: int) -> str:
     try:
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _dumps(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
-    size = len(text.encode("utf-8"))
-    if size > limit:
+    if len(text) > limit // 4 and len(text.encode("utf-8")) > limit:
+        size = len(text.encode("utf-8"))
         raise InvalidPayload(
             f"payload is {size} bytes encoded, over the limit of {limit} "
             "(raise QueueOptions.max_payload_bytes or store the data elsewhere)"
@@ -165,19 +176,36 @@ class QueueCore:
         return self.options.events_maxlen
 
     def job_spec(self, spec: JobSpec) -> list[Arg]:
-        """Validate a job and return its ARGV group for enqueue.lua (id still unset)."""
-        check_job_name(spec.name)
-        payload = encode_payload(spec.payload, self.options.max_payload_bytes)
-        delay = _int_option("delay_ms", spec.delay_ms, 0, 10 * 365 * 86_400_000)
-        priority = _int_option("priority", spec.priority, *PRIORITY_RANGE)
-        attempts = spec.max_attempts if spec.max_attempts is not None else self.options.max_attempts
+        """Validate a job and return its ARGV group for enqueue.lua (id '' until minted)."""
+        return self.job_group(
+            spec.name, spec.payload, spec.delay_ms, spec.priority, spec.max_attempts, spec.key,
+            spec.id,
+        )  # fmt: skip
+
+    def job_group(
+        self,
+        name: str,
+        payload: Any = None,
+        delay_ms: int = 0,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        id: str | None = None,
+    ) -> list[Arg]:
+        """Validate one job's fields and return its ARGV group (the hot path of enqueue)."""
+        check_job_name(name)
+        text = encode_payload(payload, self.options.max_payload_bytes)
+        if delay_ms.__class__ is not int or not 0 <= delay_ms <= MAX_DELAY_MS:
+            _int_option("delay_ms", delay_ms, 0, MAX_DELAY_MS)
+        if priority.__class__ is not int or not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+            _int_option("priority", priority, *PRIORITY_RANGE)
+        attempts = self.options.max_attempts if max_attempts is None else max_attempts
         _int_option("max_attempts", attempts, 1, 1_000_000)
-        key = spec.key or ""
-        if spec.key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
             raise InvalidOption(f"dedup key must be a non-empty string of at most 256, got {key!r}")
-        if spec.id is not None:
-            check_id(spec.id)
-        return [spec.id or "", spec.name, payload, priority, attempts, delay, key]
+        if id is not None:
+            check_id(id)
+        return [id or "", name, text, priority, attempts, delay_ms, key or ""]
 
     def enqueue(self, groups: Sequence[list[Arg]]) -> Call[list[EnqueuedId]]:
         if not groups:

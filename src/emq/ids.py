@@ -27,13 +27,17 @@ ID_PATTERN = re.compile(r"JOB[0-9A-Za-z]{11}")
 MAX_SNOWFLAKE = (1 << 63) - 1
 
 
+_PAIRS = [a + b for a in ALPHABET for b in ALPHABET]  # 62**2 = 3844 two-character digits
+
+
 def encode(value: int) -> str:
-    """Fixed-width base62 of a non-negative 63-bit integer."""
-    chars = []
-    for _ in range(WIDTH):
-        value, rem = divmod(value, 62)
-        chars.append(ALPHABET[rem])
-    return "JOB" + "".join(reversed(chars))
+    """Fixed-width base62 of a non-negative 63-bit integer (one digit, then five pairs)."""
+    value, p5 = divmod(value, 3844)
+    value, p4 = divmod(value, 3844)
+    value, p3 = divmod(value, 3844)
+    value, p2 = divmod(value, 3844)
+    value, p1 = divmod(value, 3844)
+    return "JOB" + ALPHABET[value] + _PAIRS[p1] + _PAIRS[p2] + _PAIRS[p3] + _PAIRS[p4] + _PAIRS[p5]
 
 
 def decode(job_id: str) -> int:
@@ -94,16 +98,23 @@ class Minter:
 
     def mint(self, now_ms: int | None = None) -> str:
         """A new id. Raises RuntimeError if the lease is missing or may have lapsed."""
+        return self.mint_many(1, now_ms)[0]
+
+    def mint_many(self, n: int, now_ms: int | None = None) -> list[str]:
+        """``n`` new ids in mint order, under one reading of the clock."""
         if self.node is None or time.monotonic() >= self._valid_until:
             raise RuntimeError("no valid node lease; the queue shell must renew it first")
         ms = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - EPOCH_MS
         if ms <= self._last_ms:
-            ms = self._last_ms
-            self._seq += 1
-            if self._seq >= 4096:  # borrow the next millisecond rather than repeat an id
-                ms += 1
-                self._seq = 0
+            ms, seq = self._last_ms, self._seq + 1
         else:
-            self._seq = 0
-        self._last_ms = ms
-        return encode((ms << 22) | (self.node << 12) | self._seq)
+            seq = 0
+        node_bits = self.node << 12
+        out = []
+        for _ in range(n):
+            if seq >= 4096:  # borrow the next millisecond rather than repeat an id
+                ms, seq = ms + 1, 0
+            out.append(encode((ms << 22) | node_bits | seq))
+            seq += 1
+        self._last_ms, self._seq = ms, seq - 1
+        return out

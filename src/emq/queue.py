@@ -32,7 +32,7 @@ from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
 from .events import Event, iter_events
 from .ids import check_id
-from .shell import DEFAULT_LEASE_MS, ShellBase, as_spec, expect, lease_candidates, minter_for
+from .shell import CHUNK, DEFAULT_LEASE_MS, WINDOW, ShellBase, expect, lease_candidates, minter_for
 from .states import Location
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class Queue(ShellBase):
                 else:
                     self._minter.lost()
                     raise EmqError("no free id node number (1,024 processes are minting)")
-            return [self._minter.mint() for _ in range(n)]
+            return self._minter.mint_many(n)
 
     def new_id(self) -> str:
         return self.new_ids(1)[0]
@@ -103,11 +103,19 @@ class Queue(ShellBase):
 
     def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
-        groups = self._groups([as_spec(j) for j in jobs])
-        self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
+        groups = self._groups(jobs)
+        explicit = self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
+        calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
+        if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
+            return [job_id for call in calls for job_id in self._run(call)]
         out: list[EnqueuedId] = []
-        for start in range(0, len(groups), 1000):
-            out += self._run(self.core.enqueue(groups[start : start + 1000]))
+        for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
+            window = calls[i : i + WINDOW]
+            replies = scripts.run_pipelined(
+                self.client, "enqueue", [(c.keys, c.args) for c in window]
+            )
+            for call, reply in zip(window, replies, strict=True):
+                out += call.decode(reply)
         return out
 
     def claim(

@@ -160,3 +160,27 @@ async def run_async(
         raise ScriptError(f"{name}.lua vanished again right after loading: {exc}") from exc
     except ResponseError as exc:
         raise _refusal(exc) from None
+
+
+def run_pipelined(
+    client: redis.Redis, name: str, calls: list[tuple[list[str], list[str | int | float]]]
+) -> list[Any]:
+    """Run several calls of script ``name`` in one pipeline (one round trip, no MULTI; each
+    call is still its own indivisible step). A call answered ``NOSCRIPT`` is re-run alone,
+    which loads the script; any other refusal is raised once every reply has been read."""
+    script = SCRIPTS[name]
+    with client.pipeline(transaction=False) as pipe:
+        for keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+    out: list[Any] = []
+    refusal: EmqError | None = None
+    for (keys, args), reply in zip(calls, replies, strict=True):
+        if isinstance(reply, NoScriptError):
+            reply = run(client, name, keys, args)
+        elif isinstance(reply, ResponseError):
+            refusal = refusal or _refusal(reply)
+        out.append(reply)
+    if refusal is not None:
+        raise refusal
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from .calls import Arg, JobSpec, QueueCore
@@ -15,6 +15,8 @@ from .errors import InvalidOption, LeaseLost
 from .ids import NODES, Minter
 
 DEFAULT_LEASE_MS = 30_000
+CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
+WINDOW = 4  # enqueue chunks in flight at once (pipelined, or on separate connections)
 
 # One id minter (one node lease) per connection pool, shared by every queue on it.
 _MINTERS: weakref.WeakKeyDictionary[object, Minter] = weakref.WeakKeyDictionary()
@@ -34,14 +36,6 @@ def lease_candidates(minter: Minter) -> list[int]:
     return ([minter.node] if minter.node is not None else []) + others
 
 
-def as_spec(job: JobSpec | tuple[str, Any]) -> JobSpec:
-    if isinstance(job, JobSpec):
-        return job
-    if isinstance(job, tuple) and len(job) == 2:
-        return JobSpec(name=job[0], payload=job[1])
-    raise InvalidOption(f"each job must be a JobSpec or a (name, payload) pair, got {job!r}")
-
-
 def expect(held: bool | int | str, job_id: str, what: str) -> None:
     if held in (False, 0, "lost"):
         raise LeaseLost(f"{what} refused: the lease on {job_id} is no longer held by this token")
@@ -55,14 +49,33 @@ class ShellBase:
     def name(self) -> str:
         return self.core.name
 
-    def _groups(self, specs: Sequence[JobSpec]) -> list[list[Arg]]:
-        return [self.core.job_spec(spec) for spec in specs]
+    def _groups(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[list[Arg]]:
+        """Validate every job (before anything is sent) into its ARGV group."""
+        group = self.core.job_group
+        out: list[list[Arg]] = []
+        for job in jobs:
+            if job.__class__ is tuple and len(job) == 2:
+                out.append(group(job[0], job[1]))
+            elif isinstance(job, JobSpec):
+                out.append(self.core.job_spec(job))
+            else:
+                raise InvalidOption(
+                    f"each job must be a JobSpec or a (name, payload) pair, got {job!r}"
+                )
+        return out
 
-    def _fill_ids(self, groups: list[list[Arg]], minted: list[str]) -> None:
+    @staticmethod
+    def _fill_ids(groups: list[list[Arg]], minted: list[str]) -> bool:
+        """Put minted ids into the groups that have none; True if some id came from the caller
+        (then chunks are sent one after another, so a conflict stops the rest)."""
         it = iter(minted)
+        explicit = False
         for group in groups:
-            if not group[0]:
+            if group[0]:
+                explicit = True
+            else:
                 group[0] = next(it)
+        return explicit
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

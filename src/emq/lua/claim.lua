@@ -33,11 +33,19 @@ local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 local request = ARGV[5]
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local k_reply = prefix .. 'claim:' .. request
@@ -86,4 +94,4 @@ end
 if request ~= '' and #out > 1 then
   redis.call('SET', k_reply, cjson.encode(out), 'PX', lease_ms)
 end
-return out
+return finish(out)

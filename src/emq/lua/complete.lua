@@ -21,11 +21,19 @@ local k_events = KEYS[3]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local t = redis.call('TIME')
@@ -54,4 +62,4 @@ for i = 3, #ARGV, 2 do
   end
 end
 if done > 0 then redis.call('HINCRBY', k_metrics, 'completed', done) end
-return out
+return finish(out)

@@ -26,11 +26,19 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local GROUP = 7
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local t = redis.call('TIME')
@@ -73,6 +81,7 @@ end
 
 -- pass 2: write
 local out = {}
+local waiting = {}  -- score, member pairs for one ZADD (at most 1,000 jobs per call)
 local ready = 0
 for _, p in ipairs(plan) do
   local i, id, created = p[1], p[2], p[3]
@@ -93,8 +102,9 @@ for _, p in ipairs(plan) do
     if delay > 0 then
       redis.call('ZADD', k_schedule, now + delay, id)
     else
-      redis.call('ZADD', k_pending, priority, id)
       ready = ready + 1
+      waiting[2 * ready - 1] = priority
+      waiting[2 * ready] = id
     end
     emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
   end
@@ -103,9 +113,10 @@ for _, p in ipairs(plan) do
 end
 
 if ready > 0 then
+  redis.call('ZADD', k_pending, unpack(waiting))
   local tokens = {}
   for n = 1, math.min(ready, 32) do tokens[n] = '1' end
   redis.call('LPUSH', k_wake, unpack(tokens))
   redis.call('LTRIM', k_wake, 0, 31)
 end
-return out
+return finish(out)

@@ -13,15 +13,23 @@ local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local maxlen = tonumber(ARGV[1])
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local changed = 1
 if redis.call('HGET', k_meta, 'paused') == '1' then changed = 0 end
 redis.call('HSET', k_meta, 'paused', '1')
 emit('event', 'paused')
-return changed
+return finish(changed)

@@ -22,11 +22,19 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local t = redis.call('TIME')
@@ -50,4 +58,4 @@ if #out > 0 then
   redis.call('LPUSH', k_wake, unpack(tokens))
   redis.call('LTRIM', k_wake, 0, 31)
 end
-return out
+return finish(out)

@@ -26,11 +26,19 @@ local maxlen = tonumber(ARGV[2])
 local keep_counters = ARGV[3]
 local all_limit = tonumber(ARGV[4])
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local ids = {}
@@ -58,4 +66,4 @@ if #out > 0 then
   redis.call('LPUSH', k_wake, '1')
   redis.call('LTRIM', k_wake, 0, 31)
 end
-return out
+return finish(out)

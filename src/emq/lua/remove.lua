@@ -24,11 +24,19 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local id = ARGV[3]
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local row = prefix .. 'job:' .. id
@@ -44,4 +52,4 @@ if f[2] and redis.call('GET', prefix .. 'de:' .. f[2]) == id then
 end
 redis.call('DEL', row)
 emit('event', 'removed', 'job', id, 'attempts', f[1], 'from', where)
-return where
+return finish(where)

@@ -31,11 +31,19 @@ local maxlen = tonumber(ARGV[2])
 local max_stalled = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 
--- events are trimmed here unless an archiver owns retention (events:archived exists)
+-- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
+-- unless an archiver owns retention (events:archived exists)
 local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
+local emitted = false
 local function emit(...)
-  if trim then redis.call('XADD', k_events, 'MAXLEN', '~', maxlen, '*', ...)
-  elseif maxlen ~= 0 then redis.call('XADD', k_events, '*', ...) end
+  if maxlen ~= 0 then
+    redis.call('XADD', k_events, '*', ...)
+    emitted = true
+  end
+end
+local function finish(reply)
+  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
+  return reply
 end
 
 local t = redis.call('TIME')
@@ -71,4 +79,4 @@ if #recovered > 0 then
   redis.call('LTRIM', k_wake, 0, 31)
 end
 if #dead > 0 then redis.call('HINCRBY', k_metrics, 'dead', #dead) end
-return {recovered, dead}
+return finish({recovered, dead})
