@@ -325,3 +325,26 @@ def test_obliterate_hands_retention_back_to_the_scripts(queue: Queue, client: re
     client.set(k.events_archiver, "floor-1", px=60_000)
     queue.obliterate(force=True)
     assert not client.exists(k.events_archived, k.events_archiver)
+
+
+def test_large_batches_are_pipelined_and_keep_fifo(queue: Queue, client: redis.Redis) -> None:
+    client.script_flush()  # every pipelined chunk answers NOSCRIPT once and is re-run alone
+    ids = queue.enqueue_many([("x", {"i": i}) for i in range(3500)])
+    assert len(set(ids)) == 3500 and all(i.created for i in ids)
+    assert client.zrange(queue.core.keys.pending, 0, -1) == ids
+    again = queue.enqueue_many(
+        [JobSpec("x", {"i": i}, id=job_id) for i, job_id in enumerate(ids[:1500])]
+    )
+    assert not any(i.created for i in again) and queue.counts()["pending"] == 3500
+    assert_consistent(client, queue.name)
+
+
+async def test_large_async_batches_keep_fifo(url: str, qname: str, client: redis.Redis) -> None:
+    from emq import AsyncQueue
+
+    q = AsyncQueue.from_url(url, qname)
+    client.script_flush()
+    ids = await q.enqueue_many([("x", i) for i in range(4200)])
+    assert len(set(ids)) == 4200 and client.zrange(q.core.keys.pending, 0, -1) == ids
+    assert (await q.counts())["pending"] == 4200
+    await q.close()
