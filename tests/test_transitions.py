@@ -348,3 +348,13 @@ async def test_large_async_batches_keep_fifo(url: str, qname: str, client: redis
     assert len(set(ids)) == 4200 and client.zrange(q.core.keys.pending, 0, -1) == ids
     assert (await q.counts())["pending"] == 4200
     await q.close()
+
+
+def test_an_id_repeated_inside_one_batch(queue: Queue) -> None:
+    job_id = queue.new_id()
+    same = queue.enqueue_many([JobSpec("a", 1, id=job_id), JobSpec("a", 1, id=job_id)])
+    assert [i.created for i in same] == [True, False]
+    other = queue.new_id()
+    with pytest.raises(DuplicateConflict):
+        queue.enqueue_many([JobSpec("a", 1, id=other), JobSpec("a", 2, id=other)])
+    assert queue.job(other) is None and queue.counts()["pending"] == 1

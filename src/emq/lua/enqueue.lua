@@ -45,47 +45,48 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- pass 1: decide every job, write nothing
-local plan = {}
-local seen = {}
+local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
+local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}
 for i = 3, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local dedup = ARGV[i + 6]
-  local row = prefix .. 'job:' .. id
-  local target = id
-  local created = 1
+  local target, new = id, 1
   if dedup ~= '' then
     local holder = seen_dedup[dedup] or redis.call('GET', prefix .. 'de:' .. dedup)
     if holder and (seen[holder] or redis.call('EXISTS', prefix .. 'job:' .. holder) == 1) then
-      target, created = holder, 0
+      target, new = holder, 0
     end
   end
-  if created == 1 then
-    local prior = seen[id]
-    if prior == nil and redis.call('EXISTS', row) == 1 then
-      local cur = redis.call('HMGET', row, 'name', 'payload')
-      prior = cur[1] .. '\0' .. cur[2]
+  if new == 1 then
+    local same
+    local first = seen[id]
+    if first then
+      same = ARGV[first + 1] == name and ARGV[first + 2] == payload
+    elseif redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
+      local cur = redis.call('HMGET', prefix .. 'job:' .. id, 'name', 'payload')
+      same = cur[1] == name and cur[2] == payload
     end
-    if prior ~= nil then
-      if prior ~= name .. '\0' .. payload then
-        return redis.error_reply('EMQCONFLICT ' .. id .. ' exists with another name or payload')
-      end
-      created = 0
+    if same == false then
+      return redis.error_reply('EMQCONFLICT ' .. id .. ' exists with another name or payload')
+    elseif same then
+      new = 0
     else
-      seen[id] = name .. '\0' .. payload
+      seen[id] = i
       if dedup ~= '' then seen_dedup[dedup] = id end
     end
   end
-  plan[#plan + 1] = {i, target, created}
+  targets[#targets + 1] = target
+  created[#created + 1] = new
 end
 
 -- pass 2: write
 local out = {}
 local waiting = {}  -- score, member pairs for one ZADD (at most 1,000 jobs per call)
 local ready = 0
-for _, p in ipairs(plan) do
-  local i, id, created = p[1], p[2], p[3]
-  if created == 1 then
+for n, id in ipairs(targets) do
+  local i = 3 + (n - 1) * GROUP
+  if created[n] == 1 then
     local name, payload = ARGV[i + 1], ARGV[i + 2]
     local priority, max_attempts = tonumber(ARGV[i + 3]), ARGV[i + 4]
     local delay, dedup = tonumber(ARGV[i + 5]), ARGV[i + 6]
@@ -109,7 +110,7 @@ for _, p in ipairs(plan) do
     emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
   end
   out[#out + 1] = id
-  out[#out + 1] = created
+  out[#out + 1] = created[n]
 end
 
 if ready > 0 then
