@@ -1,9 +1,12 @@
-"""Batched acknowledgements: completions and failures gathered for a moment, then sent as one
-``complete`` and one ``fail`` call per queue.
+"""Batched acknowledgements: outcomes queued by the loop and sent as one ``complete`` and one
+``fail`` call per queue.
 
-Every outcome is queued by the loop and flushed within ``GATHER_S`` (a couple of ms), so
-acknowledging adds no round trip per job. The heartbeat keeps renewing a lease until its ack
-has landed.
+There is no fixed gathering delay. The flusher sends what is queued on the loop's next turn,
+so the handlers that finished together share a call; while a send is in flight new outcomes
+queue up and go together in the next one (chunks of 1,000), so under load a batch grows with
+the round trip and acknowledging adds no round trip per job. A finished handler's slot is
+free at once: its ack waits here, and the heartbeat keeps renewing its lease until the ack
+has landed. The ack is still fenced: the server applies it only if the lease is still held.
 
 A lost reply: when the connection drops while an ack is in flight, it is re-sent once the
 server is back. If the first send had in fact been applied, the re-send is refused as a lost
@@ -27,7 +30,6 @@ from .connect import OUTAGE_ERRORS, Outage
 from .execute import Outcome
 from .heartbeat import Lease
 
-GATHER_S = 0.002
 CHUNK = 1_000
 T = TypeVar("T")
 
@@ -44,18 +46,30 @@ Report = Callable[[Ack, str], None]
 
 
 class AckBuffer:
-    def __init__(self, outage: Outage, log: logging.Logger, report: Report) -> None:
+    """``report`` is called once per ack with the server's answer; ``landed`` (optional) once
+    after each batch, when :attr:`outstanding` has gone down."""
+
+    def __init__(
+        self,
+        outage: Outage,
+        log: logging.Logger,
+        report: Report,
+        landed: Callable[[], None] | None = None,
+    ) -> None:
         self._outage = outage
         self._log = log
         self._report = report
+        self._landed = landed
         self._items: list[Ack] = []
         self._event = asyncio.Event()
         self._closing = False
         self.uncertain = 0
+        self.outstanding = 0  # queued or in flight
 
     def put(self, ack: Ack) -> None:
         ack.lease.finishing = True
         self._items.append(ack)
+        self.outstanding += 1
         self._event.set()
 
     def __len__(self) -> int:
@@ -69,11 +83,15 @@ class AckBuffer:
     async def run(self) -> None:
         while True:
             await self._event.wait()
-            await asyncio.sleep(GATHER_S)
             self._event.clear()
             batch, self._items = self._items, []
             if batch:
-                await self.flush(batch)
+                try:
+                    await self.flush(batch)
+                finally:
+                    self.outstanding -= len(batch)
+                if self._landed is not None:
+                    self._landed()
             if self._closing and not self._items:
                 return
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from ..errors import EmqError, LeaseLost
 
+_MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent cancel()
+
 
 class Cancelled(EmqError):
     """Raised by :meth:`JobContext.heartbeat` when the attempt was cancelled (timeout or
@@ -30,11 +32,11 @@ class JobContext:
 
     __slots__ = (
         "_beat",
+        "_event",
+        "_lost",
         "_why",
         "attempts",
-        "cancelled",
         "id",
-        "lost",
         "name",
         "progress",
         "queue",
@@ -60,10 +62,25 @@ class JobContext:
         self.attempts = attempts
         self.stalled = stalled
         self.progress: Any = None
-        self.cancelled = threading.Event()
-        self.lost = threading.Event()
         self._beat = beat
         self._why = ""
+        self._lost = False
+        # made on first use: most async handlers never look, and an Event costs a Condition
+        self._event: threading.Event | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the attempt should stop (a ``threading.Event``, usable from threads and
+        the loop); :attr:`cancel_reason` says why."""
+        event = self._event
+        if event is None:
+            with _MAKE:
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+                    if self._why:
+                        event.set()
+        return event
 
     @property
     def cancel_reason(self) -> str:
@@ -72,11 +89,14 @@ class JobContext:
 
     def cancel(self, why: str) -> None:
         """Set by the worker; handlers do not call this."""
-        if not self.cancelled.is_set():
-            self._why = why
-        if why == "lease_lost":
-            self.lost.set()
-        self.cancelled.set()
+        with _MAKE:
+            if not self._why:
+                self._why = why
+            if why == "lease_lost":
+                self._lost = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def heartbeat(self, progress: Any = None) -> None:
         """Record ``progress`` (kept locally and logged) and ask the worker's heartbeat to
@@ -88,9 +108,9 @@ class JobContext:
         """
         if progress is not None:
             self.progress = progress
-        if self.lost.is_set():
+        if self._lost:
             raise LeaseLost(f"the lease on {self.id} (token {self.token}) was lost")
-        if self.cancelled.is_set():
+        if self._why:
             raise Cancelled(f"attempt {self.attempts} of {self.id} was cancelled: {self._why}")
         self._beat()
 

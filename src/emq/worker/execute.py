@@ -1,5 +1,5 @@
-"""One attempt of one job: run the handler, bound it in time, and decide what to tell the
-server. No server I/O happens here; the outcome is queued for a batched acknowledgement.
+"""Running attempts: the slots, one task per async job, the timeout watchdog, and what to
+tell the server. No server I/O happens here; outcomes are queued for a batched ack.
 
 Rules (each one tested):
 
@@ -11,23 +11,35 @@ Rules (each one tested):
 - the worker is shutting down past its grace period: ``fail`` with a retry (the attempt ran,
   so it counts).
 
-A sync handler runs in a thread that cannot be killed: on timeout or shutdown it is told to
-stop (``ctx.cancelled``) and its result is ignored, but its thread stays busy until it returns,
-and ``on_done`` fires only then, so ``concurrency`` always bounds the threads in use.
+An attempt's outcome is decided once (``settled``), by whichever comes first: the handler
+returning, the watchdog (timeout), a refused lease, or the shutdown. A slot is held while the
+handler runs and freed the moment it returns, before its ack lands; the lease stays held and
+heartbeated until then. A sync handler runs in a thread that cannot be killed: on timeout or
+shutdown it is told to stop (``ctx.cancelled``) and its result is ignored, but its slot stays
+taken until the thread returns, so ``concurrency`` always bounds the threads in use.
+
+Cost per async job: one task (the handler awaited inside it), no future, timer or
+``threading.Event`` of its own. Timeouts are one watchdog: a heap of deadlines and a single
+timer armed for the earliest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..async_queue import AsyncQueue
+from ..calls import Claimed
 from ..config import Backoff
 from .context import JobContext
+from .heartbeat import Lease
 from .options import HandlerSpec, Permanent
 
 ERROR_TAIL = 2_000
@@ -40,6 +52,10 @@ class Outcome:
     retry: bool = True
     backoff: Backoff | None = None
     why: str = ""  # "ok", "error", "permanent", "timeout", "shutdown", "lease_lost", "no_handler"
+
+
+COMPLETE = Outcome("complete", why="ok")
+DISCARD = Outcome("discard", why="lease_lost")
 
 
 def describe(exc: BaseException) -> str:
@@ -68,95 +84,200 @@ def failed(
     return Outcome("fail", error, retry, backoff, why)
 
 
-async def run_attempt(
-    spec: HandlerSpec,
-    payload: Any,
-    ctx: JobContext,
-    *,
-    executor: Executor,
-    timeout_s: float | None,
-    interrupt: asyncio.Future[str],
-    on_done: Callable[[], None],
-    default_max: int | None,
-    default_backoff: Backoff | None,
-) -> Outcome:
-    """Run one attempt; ``interrupt`` resolves to ``"lease_lost"`` or ``"shutdown"``."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any]
-    try:
-        if spec.is_async:
-            fut = asyncio.ensure_future(spec.acall(payload, ctx))
-            fut.add_done_callback(lambda _f: on_done())
-        else:
-            work = executor.submit(spec.call, payload, ctx)
-            # the slot is freed when the thread returns, not when the attempt is given up
-            work.add_done_callback(lambda _w: _call_soon(loop, on_done))
-            fut = asyncio.wrap_future(work, loop=loop)
-    except Exception as exc:  # an async handler that is not a coroutine function raised
-        on_done()
-        return _from_exception(spec, ctx, exc, default_max, default_backoff)
+class Held(Lease):
+    """A job this worker holds a lease on, from claim until its ack (or give-back) lands.
+    It is its own heartbeat :class:`Lease` (renewed until then)."""
 
-    def fail(error: str, why: str, retry: bool = True) -> Outcome:
+    __slots__ = ("claimed", "ctx", "q", "returned", "settled", "spec", "started", "task")
+
+    def __init__(self, q: AsyncQueue, claimed: Claimed, ctx: JobContext) -> None:
+        Lease.__init__(self, q.name, claimed.id, claimed.token)
+        self.q = q
+        self.claimed = claimed
+        self.ctx = ctx
+        self.spec: HandlerSpec | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.started = False  # its handler was started (a slot taken)
+        self.returned = False  # its handler returned (the slot is free again)
+        self.settled = False  # its outcome is decided (queued for the server, or discarded)
+
+
+Settle = Callable[[Held, Outcome], None]
+
+
+class Slots:
+    """Starts ready jobs while fewer than ``concurrency`` handlers run; decides outcomes.
+
+    ``settle(job, outcome)`` is called exactly once per started job; ``freed()`` each time a
+    handler returns (its slot is free)."""
+
+    def __init__(
+        self,
+        handlers: dict[str, HandlerSpec],
+        *,
+        concurrency: int,
+        timeout_ms: int | None,
+        default_max: int | None,
+        default_backoff: Backoff | None,
+        executor: Executor,
+        settle: Settle,
+        freed: Callable[[], None],
+    ) -> None:
+        self.handlers = handlers
+        self.concurrency = concurrency
+        self.timeout_ms = timeout_ms
+        self.default_max = default_max
+        self.default_backoff = default_backoff
+        self.executor = executor
+        self._settle = settle
+        self._freed = freed
+        self.loop = asyncio.get_running_loop()
+        self.busy = 0  # handlers running (slots taken)
+        self.live: set[Held] = set()  # started, and not both returned and settled
+        self._heap: list[tuple[float, int, Held]] = []
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Outcome:
         return failed(
-            spec,
-            ctx,
+            job.spec,
+            job.ctx,
             error,
             why,
             retry=retry,
-            default_max=default_max,
-            default_backoff=default_backoff,
+            default_max=self.default_max,
+            default_backoff=self.default_backoff,
         )
 
-    try:
-        done, _ = await asyncio.wait(
-            {fut, interrupt}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-    except asyncio.CancelledError:
-        ctx.cancel("shutdown")
-        fut.cancel()
-        raise
-    if ctx.lost.is_set() or (interrupt in done and interrupt.result() == "lease_lost"):
-        ctx.cancel("lease_lost")
-        fut.cancel()
-        _consume(fut)
-        return Outcome("discard", why="lease_lost")
-    if fut in done:
-        if fut.cancelled():
-            return fail("cancelled: the handler was cancelled", "error")
-        error = fut.exception()
-        if error is None:
-            return Outcome("complete", why="ok")
-        return _from_exception(spec, ctx, error, default_max, default_backoff)
-    if interrupt in done:
-        ctx.cancel("shutdown")
-        fut.cancel()
-        _consume(fut)
-        return fail("interrupted: the worker shut down before the handler finished", "shutdown")
-    ctx.cancel("timeout")
-    fut.cancel()
-    _consume(fut)
-    return fail(f"timeout: the attempt ran past {timeout_s:g} s", "timeout")
+    def from_exception(self, job: Held, exc: BaseException) -> Outcome:
+        if isinstance(exc, Permanent):
+            return self.fail(job, describe(exc), "permanent", retry=False)
+        return self.fail(job, describe(exc), "error")
+
+    # -- starting -------------------------------------------------------------------------
+
+    def start(self, job: Held) -> None:
+        """Start ``job``'s handler (the caller checked that a slot is free)."""
+        spec = job.spec = self.handlers.get(job.claimed.name)
+        job.started = True
+        if spec is None:
+            job.returned = True  # never took a slot
+            error = f"no handler registered for {job.claimed.name!r}"
+            self.decide(job, self.fail(job, error, "no_handler"))
+            return
+        self.busy += 1
+        self.live.add(job)
+        timeout = spec.timeout_ms or self.timeout_ms
+        if timeout:
+            self._arm(job, timeout / 1000)
+        if spec.is_async:
+            job.task = self.loop.create_task(self._run_async(job, spec))
+            return
+        try:
+            work = self.executor.submit(spec.call, job.claimed.payload, job.ctx)
+        except RuntimeError as exc:  # the pool was shut down: the worker is closing
+            self._returned(job)
+            self.decide(job, self.fail(job, describe(exc), "shutdown"))
+            return
+        work.add_done_callback(lambda w: _call_soon(self.loop, self._thread_done, job, w))
+
+    async def _run_async(self, job: Held, spec: HandlerSpec) -> None:
+        try:
+            await spec.acall(job.claimed.payload, job.ctx)
+            outcome = COMPLETE
+        except asyncio.CancelledError:
+            outcome = None
+        except Exception as exc:
+            outcome = self.from_exception(job, exc)
+        self._returned(job)
+        if not job.settled:
+            if outcome is None:  # cancelled by something other than the worker
+                outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
+            self.decide(job, outcome)
+
+    def _thread_done(self, job: Held, work: Future[Any]) -> None:
+        self._returned(job)
+        if job.settled:
+            return
+        if work.cancelled():
+            self.decide(job, self.fail(job, "cancelled: the worker closed", "shutdown"))
+            return
+        exc = work.exception()
+        self.decide(job, COMPLETE if exc is None else self.from_exception(job, exc))
+
+    def _returned(self, job: Held) -> None:
+        job.returned = True
+        self.busy -= 1
+        if job.settled:
+            self.live.discard(job)
+        self._freed()
+
+    # -- deciding -------------------------------------------------------------------------
+
+    def decide(self, job: Held, outcome: Outcome) -> None:
+        """Settle ``job`` once; a lease refused meanwhile turns any outcome into a discard."""
+        if job.settled:
+            return
+        job.settled = True
+        if job.returned:
+            self.live.discard(job)
+        if job.dropped and outcome.kind != "discard":
+            outcome = DISCARD
+        self._settle(job, outcome)
+
+    def interrupt(self, job: Held, why: str) -> None:
+        """Stop an attempt: ``timeout``, ``shutdown`` or ``lease_lost``. Its outcome is
+        decided now; an async handler is cancelled, a sync one told (``ctx.cancelled``)."""
+        if job.settled:
+            return
+        job.ctx.cancel(why)
+        if why == "lease_lost":
+            outcome = DISCARD
+        elif why == "timeout":
+            timeout = ((job.spec and job.spec.timeout_ms) or self.timeout_ms or 0) / 1000
+            outcome = self.fail(job, f"timeout: the attempt ran past {timeout:g} s", "timeout")
+        else:
+            error = "interrupted: the worker shut down before the handler finished"
+            outcome = self.fail(job, error, "shutdown")
+        self.decide(job, outcome)
+        if job.task is not None and not job.task.done():
+            job.task.cancel()
+
+    # -- the timeout watchdog -------------------------------------------------------------
+
+    def _arm(self, job: Held, timeout_s: float) -> None:
+        at = self.loop.time() + timeout_s
+        heap = self._heap
+        heapq.heappush(heap, (at, next(self._seq), job))
+        if len(heap) > 2 * len(self.live) + 64:  # drop settled entries; amortised O(1)
+            heap[:] = [e for e in heap if not e[2].settled]
+            heapq.heapify(heap)
+        if self._timer is None or at < self._timer_at:
+            self._schedule(at)
+
+    def _schedule(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        heap, now = self._heap, self.loop.time()
+        while heap and (heap[0][2].settled or heap[0][0] <= now):
+            _, _, job = heapq.heappop(heap)
+            if not job.settled:
+                self.interrupt(job, "timeout")
+        if heap:
+            self._schedule(heap[0][0])
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
-def _from_exception(
-    spec: HandlerSpec,
-    ctx: JobContext,
-    exc: BaseException,
-    default_max: int | None,
-    default_backoff: Backoff | None,
-) -> Outcome:
-    if isinstance(exc, Permanent):
-        return failed(spec, ctx, describe(exc), "permanent", retry=False)
-    return failed(
-        spec, ctx, describe(exc), "error", default_max=default_max, default_backoff=default_backoff
-    )
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
     with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to free
-        loop.call_soon_threadsafe(fn)
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    """Retrieve a discarded future's exception later, so asyncio does not log it."""
-    fut.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        loop.call_soon_threadsafe(fn, *args)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..queue import Queue
 from .connect import OUTAGE_ERRORS, Outage
@@ -31,14 +31,14 @@ CHUNK = 1_000
 @dataclass(eq=False, slots=True)
 class Lease:
     """A lease this worker holds. ``finishing`` is set once its outcome is queued for the
-    server: it is still renewed (until the ack lands) but a refusal is then left to the ack."""
+    server: it is still renewed (until the ack lands) but a refusal is then left to the ack.
+    ``dropped`` is set once it is no longer renewed (its ack landed, or it was refused)."""
 
     queue: str
     id: str
     token: int
     finishing: bool = False
     dropped: bool = False
-    lost: threading.Event = field(default_factory=threading.Event)
 
 
 class Heartbeat:
@@ -82,10 +82,20 @@ class Heartbeat:
         with self._lock:
             self._leases.add(lease)
 
+    def add_many(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            self._leases.update(leases)
+
     def drop(self, lease: Lease) -> None:
         with self._lock:
             lease.dropped = True
             self._leases.discard(lease)
+
+    def drop_many(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            for lease in leases:
+                lease.dropped = True
+                self._leases.discard(lease)
 
     def beat_now(self) -> None:
         """Ask for a beat as soon as the thread can run (never blocks)."""
@@ -139,5 +149,4 @@ class Heartbeat:
                 return  # finished meanwhile: the ack's own reply is authoritative
             self._leases.discard(lease)
             lease.dropped = True
-        lease.lost.set()
         self._on_lost(lease)

@@ -17,7 +17,6 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
@@ -27,28 +26,13 @@ from ..queue import Queue
 from .acks import Ack, AckBuffer
 from .connect import OUTAGE_ERRORS, ClientFactory, Outage
 from .context import JobContext
-from .execute import Outcome, failed, run_attempt
+from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
 from .maintenance import Maintenance
 from .options import HandlerSpec, WorkerOptions, WorkerStats
 
 T = TypeVar("T")
-
-
-@dataclass(eq=False)
-class Held:
-    """A job this worker holds a lease on, from claim until its ack (or give-back) lands and
-    its handler has returned."""
-
-    queue: AsyncQueue
-    claimed: Claimed
-    lease: Lease
-    ctx: JobContext
-    interrupt: asyncio.Future[str]
-    running: bool = False
-    acked: bool = False
-    handler_done: bool = True
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
+DEBUG = logging.DEBUG
 
 
 class Runner:
@@ -83,18 +67,29 @@ class Runner:
             log=log,
         )
         self.beat = Maintenance(self.queues, o, stats, self.outage, log)
-        self.acks = AckBuffer(self.outage, log, self._acked)
+        self.acks = AckBuffer(self.outage, log, self._acked, self._landed)
         self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
-        self.jobs: set[Held] = set()
-        self.by_lease: dict[Lease, Held] = {}  # an old attempt and a new one may share an id
-        self.ready: deque[Held] = deque()
-        self.running = 0
-        self.room = asyncio.Event()
+        self.slots = Slots(
+            handlers,
+            concurrency=o.concurrency,
+            timeout_ms=o.timeout_ms,
+            default_max=o.max_attempts,
+            default_backoff=o.backoff,
+            executor=self.executor,
+            settle=self._settle,
+            freed=self._freed,
+        )
+        self.ready: deque[Held] = deque()  # claimed, not started
+        self.room = asyncio.Event()  # set when a slot frees or an ack batch lands
+        # acks queued or in flight beyond which the claimer waits (their leases are held)
+        self.max_unacked = 1_000 + o.concurrency + o.prefetch
         self._rr = 0
 
     async def close(self) -> None:
         self.stop.set()
+        self.room.set()
         self.hb.stop()
+        self.slots.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         await self.client.aclose()
         await self.blocking.aclose()
@@ -104,24 +99,39 @@ class Runner:
         self.stats.heartbeats = self.hb.beats
         self.stats.heartbeat_max_late_ms = round(self.hb.max_late_s * 1000, 1)
 
+    @property
+    def live(self) -> set[Held]:
+        """Started jobs whose handler runs or whose outcome is not decided yet."""
+        return self.slots.live
+
+    def idle(self) -> bool:
+        """Nothing ready, running or waiting for its ack."""
+        return not self.ready and not self.slots.live and not self.acks.outstanding
+
     # -- claiming -------------------------------------------------------------------------
 
     def free(self) -> int:
-        return self.options.concurrency + self.options.prefetch - len(self.jobs)
+        """Jobs to claim now: free slots plus prefetch, less what is claimed and not started;
+        none while too many acks are still waiting to land."""
+        o = self.options
+        if self.acks.outstanding >= self.max_unacked:
+            return 0
+        return o.concurrency + o.prefetch - self.slots.busy - len(self.ready)
 
     async def claim_loop(self) -> None:
         """Claim while there is room; park when the queues are empty; return on stop (or,
-        in burst mode, once nothing is claimable and nothing is held)."""
+        in burst mode, once nothing is claimable, held, or waiting for its ack)."""
         while not self.stop.is_set():
             room = self.free()
             if room <= 0:
                 self.room.clear()
-                await self.first(self.room.wait())
+                if self.free() <= 0:
+                    await self.first(self.room.wait())
                 continue
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
-            if self.options.burst and got == 0 and not self.jobs:
+            if self.options.burst and got == 0 and self.idle():
                 self.event("info", "queue empty: burst run done", "idle")
                 return
             await self._park()
@@ -139,29 +149,33 @@ class Runner:
             jobs = await self.retry("claim", claim)
             if jobs is None:
                 return None
-            for c in jobs:
-                self._accept(q, c)
+            if jobs:
+                self._accept(q, jobs)
             total += len(jobs)
         self._rr += 1
         return total
 
-    def _accept(self, q: AsyncQueue, c: Claimed) -> None:
-        lease = Lease(q.name, c.id, c.token)
-        self.hb.add(lease)
-        ctx = JobContext(
-            queue=q.name,
-            id=c.id,
-            name=c.name,
-            token=c.token,
-            attempts=c.attempts,
-            stalled=c.stalled,
-            beat=self.hb.beat_now,
-        )
-        job = Held(q, c, lease, ctx, self.loop.create_future())
-        self.jobs.add(job)
-        self.by_lease[lease] = job
-        self.ready.append(job)
-        self.stats.claimed += 1
+    def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
+        name, beat = q.name, self.hb.beat_now
+        jobs = [
+            Held(
+                q,
+                c,
+                JobContext(
+                    queue=name,
+                    id=c.id,
+                    name=c.name,
+                    token=c.token,
+                    attempts=c.attempts,
+                    stalled=c.stalled,
+                    beat=beat,
+                ),
+            )
+            for c in claimed
+        ]
+        self.hb.add_many(jobs)
+        self.ready.extend(jobs)
+        self.stats.claimed += len(jobs)
         self.start_ready()
 
     async def _park(self) -> None:
@@ -212,62 +226,48 @@ class Runner:
     # -- running --------------------------------------------------------------------------
 
     def start_ready(self) -> None:
-        while self.ready and self.running < self.options.concurrency:
-            if self.stop.is_set():
-                return  # unstarted jobs are given back by the drain
-            job = self.ready.popleft()
-            job.running = True
-            job.handler_done = False
-            self.running += 1
-            job.task = self.loop.create_task(self._execute(job), name=f"emq-{job.claimed.id}")
+        ready, slots, limit = self.ready, self.slots, self.options.concurrency
+        if self.stop.is_set():
+            return  # unstarted jobs are given back by the drain
+        debug = self.log.isEnabledFor(DEBUG)
+        while ready and slots.busy < limit:
+            job = ready.popleft()
+            if debug:
+                c = job.claimed
+                self.event("debug", "job started", "run", queue=job.queue, job=c.id, name=c.name)
+            slots.start(job)
 
-    async def _execute(self, job: Held) -> None:
-        c, o = job.claimed, self.options
-        spec = self.handlers.get(c.name)
-        if spec is None:
-            self._handler_done(job)
-            error = f"no handler registered for {c.name!r}"
-            self._finish(job, failed(None, job.ctx, error, "no_handler", default_backoff=o.backoff))
-            return
-        timeout = spec.timeout_ms or o.timeout_ms
-        self.event("debug", "job started", "run", queue=job.queue.name, job=c.id, name=c.name)
-        outcome = await run_attempt(
-            spec,
-            c.payload,
-            job.ctx,
-            executor=self.executor,
-            timeout_s=timeout / 1000 if timeout else None,
-            interrupt=job.interrupt,
-            on_done=lambda: self._handler_done(job),
-            default_max=o.max_attempts,
-            default_backoff=o.backoff,
-        )
+    def _freed(self) -> None:
+        """A handler returned: its slot is free (its ack may still be on its way)."""
+        if self.ready:
+            self.start_ready()
+        self.room.set()
+
+    def _settle(self, job: Held, outcome: Outcome) -> None:
+        self.room.set()  # the drain waits for outcomes
+        if outcome.kind == "discard":
+            return  # the lease was refused: already dropped from the heartbeat
         if outcome.why == "timeout":
             self.stats.timeouts += 1
-        self._finish(job, outcome)
+        self.acks.put(Ack(job.q, job, outcome))
 
-    def _handler_done(self, job: Held) -> None:
-        if job.handler_done:
-            return
-        job.handler_done = True
-        self.running -= 1
-        self.release(job)
-        self.start_ready()
-
-    def _finish(self, job: Held, outcome: Outcome) -> None:
-        if outcome.kind == "discard" or job.lease.dropped:
-            job.acked = True
-            self.release(job)
-            return
-        self.acks.put(Ack(job.queue, job.lease, outcome))
+    def _landed(self) -> None:
+        self.room.set()
 
     def _acked(self, ack: Ack, answer: str) -> None:
-        self.hb.drop(ack.lease)
-        lease, why = ack.lease, ack.outcome.why
-        fields = {"queue": ack.queue.name, "job": lease.id, "token": lease.token}
+        lease = ack.lease
+        self.hb.drop(lease)
         if answer == "completed":
             self.stats.completed += 1
-            self.event("debug", "job completed", "completed", **fields)
+            if self.log.isEnabledFor(DEBUG):
+                self.event(
+                    "debug",
+                    "job completed",
+                    "completed",
+                    queue=lease.queue,
+                    job=lease.id,
+                    token=lease.token,
+                )
         elif answer == "lost":
             self.count_lost(lease, "complete" if ack.outcome.kind == "complete" else "fail")
         else:
@@ -275,18 +275,15 @@ class Runner:
             self.stats.retried += answer != "dead"
             error = ack.outcome.error.splitlines()[0] if ack.outcome.error else ""
             level = "warning" if answer == "dead" else "info"
-            self.event(level, f"job failed ({why}): {answer}", answer, **fields, error=error)
-        job = self.by_lease.get(lease)
-        if job is not None:
-            job.acked = True
-            self.release(job)
-
-    def release(self, job: Held) -> None:
-        """Forget a job once its ack landed and its handler returned; wake the claimer."""
-        if job.acked and job.handler_done and job in self.jobs:
-            self.jobs.discard(job)
-            self.by_lease.pop(job.lease, None)
-            self.room.set()
+            self.event(
+                level,
+                f"job failed ({ack.outcome.why}): {answer}",
+                answer,
+                queue=lease.queue,
+                job=lease.id,
+                token=lease.token,
+                error=error,
+            )
 
     def count_lost(self, lease: Lease, via: str) -> None:
         self.stats.lease_lost += 1
@@ -308,17 +305,15 @@ class Runner:
     def _lease_lost(self, lease: Lease) -> None:
         """The heartbeat was refused: cancel the attempt, never send its result."""
         self.count_lost(lease, "extend")
-        job = self.by_lease.get(lease)
-        if job is None:
+        if not isinstance(lease, Held):
             return
-        job.ctx.cancel("lease_lost")
-        if not job.interrupt.done():
-            job.interrupt.set_result("lease_lost")
-        if not job.running:  # claimed but not started: just forget it
+        lease.ctx.cancel("lease_lost")
+        if not lease.started:  # claimed but not started: just forget it
             with contextlib.suppress(ValueError):
-                self.ready.remove(job)
-            job.acked = True
-            self.release(job)
+                self.ready.remove(lease)
+            self.room.set()
+            return
+        self.slots.interrupt(lease, "lease_lost")
 
     def event(self, level: str, msg: str, event: str, **fields: Any) -> None:
         """One structured log record: ``record.emq`` holds ``event`` and the fields."""

@@ -177,7 +177,7 @@ class Worker:
         finally:
             run.stop.set()
             run.hb.stop()
-            for task in (beat, flusher, *(j.task for j in run.jobs if j.task)):
+            for task in (beat, flusher, *(j.task for j in run.live if j.task)):
                 task.cancel()
             await asyncio.gather(beat, flusher, return_exceptions=True)
             await run.close()

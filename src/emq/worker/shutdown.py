@@ -15,13 +15,14 @@ import contextlib
 import time
 
 from .connect import OUTAGE_ERRORS
-from .runner import Held, Runner
+from .execute import Held
+from .runner import Runner
 
 
 async def drain(run: Runner, flusher: asyncio.Task[None]) -> None:
     deadline = time.monotonic() + run.options.grace_ms / 1000
     await give_back(run, deadline)
-    running = [j.task for j in run.jobs if j.task is not None and not j.task.done()]
+    running = [j for j in run.live if not j.settled]
     if running:
         run.event(
             "info",
@@ -30,13 +31,16 @@ async def drain(run: Runner, flusher: asyncio.Task[None]) -> None:
             running=len(running),
             grace_ms=run.options.grace_ms,
         )
-        await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
-    late = [j for j in run.jobs if j.task is not None and not j.task.done()]
+        while any(not j.settled for j in run.live) and time.monotonic() < deadline:
+            run.room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.room.wait(), max(0.0, deadline - time.monotonic()))
+    late = [j for j in run.live if not j.settled]
     for job in late:
-        if not job.interrupt.done():
-            job.interrupt.set_result("shutdown")
-    if late:
-        await asyncio.wait([j.task for j in late if j.task], timeout=1.0)
+        run.slots.interrupt(job, "shutdown")
+    tasks = [j.task for j in late if j.task is not None and not j.task.done()]
+    if tasks:  # let cancelled async handlers unwind
+        await asyncio.wait(tasks, timeout=1.0)
     run.acks.close()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(flusher), max(1.0, deadline - time.monotonic()))
@@ -47,12 +51,12 @@ async def give_back(run: Runner, deadline: float) -> None:
     by_queue: dict[str, list[Held]] = {}
     while run.ready:
         job = run.ready.popleft()
-        by_queue.setdefault(job.queue.name, []).append(job)
+        by_queue.setdefault(job.queue, []).append(job)
     for jobs in by_queue.values():
-        q = jobs[0].queue
-        items = [(j.lease.id, j.lease.token, 0) for j in jobs]
+        q = jobs[0].q
+        items = [(j.id, j.token, 0) for j in jobs]
         for j in jobs:
-            j.lease.finishing = True
+            j.finishing = True
         answers: list[str] | None = None
         while answers is None and time.monotonic() < deadline:
             try:
@@ -62,12 +66,10 @@ async def give_back(run: Runner, deadline: float) -> None:
         run.outage.ok()
         got = answers or ["lost"] * len(jobs)
         for job, answer in zip(jobs, got, strict=True):
-            run.hb.drop(job.lease)
+            run.hb.drop(job)
             if answer == "lost":
-                run.count_lost(job.lease, "delay")
+                run.count_lost(job, "delay")
             else:
                 run.stats.given_back += 1
-            job.acked = True
-            run.release(job)
         n = sum(1 for a in got if a != "lost")
         run.event("info", "gave back unstarted jobs", "given_back", queue=q.name, count=n)
