@@ -47,14 +47,14 @@ Report = Callable[[Ack, str], None]
 
 class AckBuffer:
     """``report`` is called once per ack with the server's answer; ``landed`` (optional) once
-    after each batch, when :attr:`outstanding` has gone down."""
+    with each batch after its answers, when :attr:`outstanding` has gone down."""
 
     def __init__(
         self,
         outage: Outage,
         log: logging.Logger,
         report: Report,
-        landed: Callable[[], None] | None = None,
+        landed: Callable[[list[Ack]], None] | None = None,
     ) -> None:
         self._outage = outage
         self._log = log
@@ -91,18 +91,22 @@ class AckBuffer:
                 finally:
                     self.outstanding -= len(batch)
                 if self._landed is not None:
-                    self._landed()
+                    self._landed(batch)
             if self._closing and not self._items:
                 return
 
     async def flush(self, batch: list[Ack]) -> None:
-        groups: dict[tuple[str, str], list[Ack]] = {}
+        groups: dict[tuple[AsyncQueue, bool], list[Ack]] = {}
         for ack in batch:
-            kind = "complete" if ack.outcome.kind == "complete" else "fail"
-            groups.setdefault((ack.queue.name, kind), []).append(ack)
-        for (_, kind), acks in groups.items():
+            key = (ack.queue, ack.outcome.kind == "complete")
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [ack]
+            else:
+                group.append(ack)
+        for (_, complete), acks in groups.items():
             for start in range(0, len(acks), CHUNK):
-                await self._send(kind, acks[start : start + CHUNK])
+                await self._send("complete" if complete else "fail", acks[start : start + CHUNK])
 
     async def _retry(self, where: str, send: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         retried = False

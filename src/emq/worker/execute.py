@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -86,20 +85,56 @@ def failed(
 
 class Held(Lease):
     """A job this worker holds a lease on, from claim until its ack (or give-back) lands.
-    It is its own heartbeat :class:`Lease` (renewed until then)."""
+    It is its own heartbeat :class:`Lease` (renewed until then). Its :class:`JobContext` is
+    made on first use: a handler that takes only the payload never needs one."""
 
-    __slots__ = ("claimed", "ctx", "q", "returned", "settled", "spec", "started", "task")
+    __slots__ = (
+        "_beat",
+        "_ctx",
+        "claimed",
+        "deadline",
+        "q",
+        "returned",
+        "settled",
+        "spec",
+        "started",
+        "task",
+    )
 
-    def __init__(self, q: AsyncQueue, claimed: Claimed, ctx: JobContext) -> None:
-        Lease.__init__(self, q.name, claimed.id, claimed.token)
+    def __init__(
+        self, q: AsyncQueue, name: str, claimed: Claimed, beat: Callable[[], None]
+    ) -> None:
+        self.queue = name
+        self.id = claimed.id
+        self.token = claimed.token
+        self.finishing = False
+        self.dropped = False
         self.q = q
         self.claimed = claimed
-        self.ctx = ctx
+        self._beat = beat
+        self._ctx: JobContext | None = None
         self.spec: HandlerSpec | None = None
         self.task: asyncio.Task[None] | None = None
+        self.deadline = 0.0  # loop time past which the attempt times out (if it has a limit)
         self.started = False  # its handler was started (a slot taken)
         self.returned = False  # its handler returned (the slot is free again)
         self.settled = False  # its outcome is decided (queued for the server, or discarded)
+
+    @property
+    def ctx(self) -> JobContext:
+        ctx = self._ctx
+        if ctx is None:
+            c = self.claimed
+            ctx = self._ctx = JobContext(
+                queue=self.queue,
+                id=c.id,
+                name=c.name,
+                token=c.token,
+                attempts=c.attempts,
+                stalled=c.stalled,
+                beat=self._beat,
+            )
+        return ctx
 
 
 Settle = Callable[[Held, Outcome], None]
@@ -134,8 +169,7 @@ class Slots:
         self.loop = asyncio.get_running_loop()
         self.busy = 0  # handlers running (slots taken)
         self.live: set[Held] = set()  # started, and not both returned and settled
-        self._heap: list[tuple[float, int, Held]] = []
-        self._seq = itertools.count()
+        self._due: dict[float, deque[Held]] = {}  # timeout (s) -> jobs in deadline order
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
@@ -172,7 +206,7 @@ class Slots:
         if timeout:
             self._arm(job, timeout / 1000)
         if spec.is_async:
-            job.task = self.loop.create_task(self._run_async(job, spec))
+            job.task = self.loop.create_task(self._run_async(job, spec.fn, spec.takes_ctx))
             return
         try:
             work = self.executor.submit(spec.call, job.claimed.payload, job.ctx)
@@ -182,9 +216,12 @@ class Slots:
             return
         work.add_done_callback(lambda w: _call_soon(self.loop, self._thread_done, job, w))
 
-    async def _run_async(self, job: Held, spec: HandlerSpec) -> None:
+    async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
         try:
-            await spec.acall(job.claimed.payload, job.ctx)
+            if with_ctx:
+                await fn(job.claimed.payload, job.ctx)
+            else:
+                await fn(job.claimed.payload)
             outcome = COMPLETE
         except asyncio.CancelledError:
             outcome = None
@@ -247,12 +284,16 @@ class Slots:
     # -- the timeout watchdog -------------------------------------------------------------
 
     def _arm(self, job: Held, timeout_s: float) -> None:
-        at = self.loop.time() + timeout_s
-        heap = self._heap
-        heapq.heappush(heap, (at, next(self._seq), job))
-        if len(heap) > 2 * len(self.live) + 64:  # drop settled entries; amortised O(1)
-            heap[:] = [e for e in heap if not e[2].settled]
-            heapq.heapify(heap)
+        """One deque per distinct timeout: deadlines in it only grow, so the earliest is
+        at its front. Entries of settled jobs are skipped, and dropped when a deque grows
+        past twice the live jobs (amortised O(1) per job)."""
+        at = job.deadline = self.loop.time() + timeout_s
+        due = self._due.get(timeout_s)
+        if due is None:
+            due = self._due[timeout_s] = deque()
+        due.append(job)
+        if len(due) > 2 * len(self.live) + 64:
+            self._due[timeout_s] = deque(j for j in due if not j.settled)
         if self._timer is None or at < self._timer_at:
             self._schedule(at)
 
@@ -264,13 +305,16 @@ class Slots:
 
     def _expire(self) -> None:
         self._timer = None
-        heap, now = self._heap, self.loop.time()
-        while heap and (heap[0][2].settled or heap[0][0] <= now):
-            _, _, job = heapq.heappop(heap)
-            if not job.settled:
-                self.interrupt(job, "timeout")
-        if heap:
-            self._schedule(heap[0][0])
+        now, fronts = self.loop.time(), []
+        for due in self._due.values():
+            while due and (due[0].settled or due[0].deadline <= now):
+                job = due.popleft()
+                if not job.settled:
+                    self.interrupt(job, "timeout")
+            if due:
+                fronts.append(due[0].deadline)
+        if fronts:
+            self._schedule(min(fronts))
 
     def close(self) -> None:
         if self._timer is not None:

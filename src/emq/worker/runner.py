@@ -25,7 +25,6 @@ from ..config import QueueOptions
 from ..queue import Queue
 from .acks import Ack, AckBuffer
 from .connect import OUTAGE_ERRORS, ClientFactory, Outage
-from .context import JobContext
 from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
 from .maintenance import Maintenance
@@ -157,22 +156,7 @@ class Runner:
 
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
         name, beat = q.name, self.hb.beat_now
-        jobs = [
-            Held(
-                q,
-                c,
-                JobContext(
-                    queue=name,
-                    id=c.id,
-                    name=c.name,
-                    token=c.token,
-                    attempts=c.attempts,
-                    stalled=c.stalled,
-                    beat=beat,
-                ),
-            )
-            for c in claimed
-        ]
+        jobs = [Held(q, name, c, beat) for c in claimed]
         self.hb.add_many(jobs)
         self.ready.extend(jobs)
         self.stats.claimed += len(jobs)
@@ -251,12 +235,12 @@ class Runner:
             self.stats.timeouts += 1
         self.acks.put(Ack(job.q, job, outcome))
 
-    def _landed(self) -> None:
+    def _landed(self, batch: list[Ack]) -> None:
+        self.hb.drop_many([a.lease for a in batch])
         self.room.set()
 
     def _acked(self, ack: Ack, answer: str) -> None:
         lease = ack.lease
-        self.hb.drop(lease)
         if answer == "completed":
             self.stats.completed += 1
             if self.log.isEnabledFor(DEBUG):
