@@ -169,7 +169,7 @@ class Slots:
         self.loop = asyncio.get_running_loop()
         self.busy = 0  # handlers running (slots taken)
         self.live: set[Held] = set()  # started, and not both returned and settled
-        self._due: dict[float, deque[Held]] = {}  # timeout (s) -> jobs in deadline order
+        self._due: dict[int, deque[Held]] = {}  # limit (ms) -> jobs in deadline order
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
@@ -191,12 +191,30 @@ class Slots:
 
     # -- starting -------------------------------------------------------------------------
 
-    def start(self, job: Held) -> None:
-        """Start ``job``'s handler (the caller checked that a slot is free)."""
-        spec = job.spec = self.handlers.get(job.claimed.name)
-        job.started = True
+    def start_ready(self, ready: deque[Held], on_start: Callable[[Held], None] | None) -> None:
+        """Start jobs from ``ready`` while a slot is free (``on_start`` sees each first)."""
+        handlers, loop, live, limit = self.handlers, self.loop, self.live, self.concurrency
+        now = loop.time()
+        while ready and self.busy < limit:
+            job = ready.popleft()
+            if on_start is not None:
+                on_start(job)
+            spec = job.spec = handlers.get(job.claimed.name)
+            job.started = True
+            if spec is None or not spec.is_async:
+                self._start_other(job, spec, now)
+                continue
+            self.busy += 1
+            live.add(job)
+            timeout = spec.timeout_ms or self.timeout_ms
+            if timeout:
+                self._arm(job, now, timeout)
+            job.task = loop.create_task(self._run_async(job, spec.fn, spec.takes_ctx))
+
+    def _start_other(self, job: Held, spec: HandlerSpec | None, now: float) -> None:
+        """A job with no handler (fails at once, takes no slot) or a sync one (a thread)."""
         if spec is None:
-            job.returned = True  # never took a slot
+            job.returned = True
             error = f"no handler registered for {job.claimed.name!r}"
             self.decide(job, self.fail(job, error, "no_handler"))
             return
@@ -204,10 +222,7 @@ class Slots:
         self.live.add(job)
         timeout = spec.timeout_ms or self.timeout_ms
         if timeout:
-            self._arm(job, timeout / 1000)
-        if spec.is_async:
-            job.task = self.loop.create_task(self._run_async(job, spec.fn, spec.takes_ctx))
-            return
+            self._arm(job, now, timeout)
         try:
             work = self.executor.submit(spec.call, job.claimed.payload, job.ctx)
         except RuntimeError as exc:  # the pool was shut down: the worker is closing
@@ -222,11 +237,19 @@ class Slots:
                 await fn(job.claimed.payload, job.ctx)
             else:
                 await fn(job.claimed.payload)
-            outcome = COMPLETE
         except asyncio.CancelledError:
             outcome = None
         except Exception as exc:
             outcome = self.from_exception(job, exc)
+        else:
+            if not job.settled:  # the common case, inlined: returned, settled, slot freed
+                job.returned = job.settled = True
+                self.busy -= 1
+                self.live.discard(job)
+                self._settle(job, DISCARD if job.dropped else COMPLETE)
+                self._freed()
+                return
+            outcome = COMPLETE
         self._returned(job)
         if not job.settled:
             if outcome is None:  # cancelled by something other than the worker
@@ -283,17 +306,17 @@ class Slots:
 
     # -- the timeout watchdog -------------------------------------------------------------
 
-    def _arm(self, job: Held, timeout_s: float) -> None:
-        """One deque per distinct timeout: deadlines in it only grow, so the earliest is
-        at its front. Entries of settled jobs are skipped, and dropped when a deque grows
-        past twice the live jobs (amortised O(1) per job)."""
-        at = job.deadline = self.loop.time() + timeout_s
-        due = self._due.get(timeout_s)
+    def _arm(self, job: Held, now: float, timeout_ms: int) -> None:
+        """One deque per distinct limit: deadlines in it only grow, so the earliest is at
+        its front. Entries of settled jobs are skipped, and dropped when a deque grows past
+        twice the live jobs (amortised O(1) per job)."""
+        at = job.deadline = now + timeout_ms / 1000
+        due = self._due.get(timeout_ms)
         if due is None:
-            due = self._due[timeout_s] = deque()
+            due = self._due[timeout_ms] = deque()
         due.append(job)
         if len(due) > 2 * len(self.live) + 64:
-            self._due[timeout_s] = deque(j for j in due if not j.settled)
+            self._due[timeout_ms] = deque(j for j in due if not j.settled)
         if self._timer is None or at < self._timer_at:
             self._schedule(at)
 

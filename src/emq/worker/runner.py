@@ -210,16 +210,14 @@ class Runner:
     # -- running --------------------------------------------------------------------------
 
     def start_ready(self) -> None:
-        ready, slots, limit = self.ready, self.slots, self.options.concurrency
         if self.stop.is_set():
             return  # unstarted jobs are given back by the drain
-        debug = self.log.isEnabledFor(DEBUG)
-        while ready and slots.busy < limit:
-            job = ready.popleft()
-            if debug:
-                c = job.claimed
-                self.event("debug", "job started", "run", queue=job.queue, job=c.id, name=c.name)
-            slots.start(job)
+        debug = self._log_start if self.log.isEnabledFor(DEBUG) else None
+        self.slots.start_ready(self.ready, debug)
+
+    def _log_start(self, job: Held) -> None:
+        c = job.claimed
+        self.event("debug", "job started", "run", queue=job.queue, job=c.id, name=c.name)
 
     def _freed(self) -> None:
         """A handler returned: its slot is free (its ack may still be on its way)."""
