@@ -85,7 +85,11 @@ async def _loop(url: str, conc: int) -> list[float]:
 
 
 def child(side: str, url: str, conc: int, prefetch: int | None, profile: str | None) -> None:
-    """Drain the backlog with one side; print {"n", "rate"} as JSON on stdout."""
+    """Drain the backlog with one side; print {"n", "rate", "cpu_us"} as JSON on stdout
+    (``cpu_us``: this process's CPU time per job, imports left out)."""
+    import emq.worker  # noqa: F401 - imported before the CPU clock starts
+
+    cpu0 = time.process_time()
     coro = _worker(url, conc, prefetch) if side == "worker" else _loop(url, conc)
     if profile:
         import cProfile
@@ -95,7 +99,13 @@ def child(side: str, url: str, conc: int, prefetch: int | None, profile: str | N
         prof.dump_stats(profile)
     else:
         starts = asyncio.run(coro)
-    print(json.dumps({"n": len(starts), "rate": rate(starts)}))
+    cpu = time.process_time() - cpu0
+    print(json.dumps({"n": len(starts), "rate": rate(starts), "cpu_us": cpu / len(starts) * 1e6}))
+
+
+def _server_cpu(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -108,6 +118,8 @@ def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
             q.enqueue_many([("noop", None)] * min(10_000, args.jobs - start))
         enq = time.perf_counter() - t0
         q.client.delete(q.core.keys.wake)
+        q.client.config_resetstat()
+        cpu0 = _server_cpu(q.client)
     cmd = [sys.executable, __file__, "--child", side, "--url", url, "--conc", str(args.conc)]
     if args.prefetch is not None:
         cmd += ["--prefetch", str(args.prefetch)]
@@ -121,6 +133,10 @@ def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     if got["n"] != args.jobs:
         raise SystemExit(f"{side}: {got['n']} handler starts for {args.jobs} jobs")
+    with Queue.from_url(url, QUEUE) as q:
+        got["server_us"] = (_server_cpu(q.client) - cpu0) / args.jobs * 1e6
+        calls = q.client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        got["jobs_per_call"] = args.jobs / max(1, int(calls))
     got.update(side=side, wall_s=round(wall, 2), enqueue_s=round(enq, 2))
     return got
 
@@ -157,6 +173,8 @@ def main() -> None:
                     rates[side].append(got["rate"])
                     print(
                         f"round {r + 1} {side:6} {got['rate']:9,.0f} jobs/s  "
+                        f"client {got['cpu_us']:4.1f} us CPU/job, server "
+                        f"{got['server_us']:4.1f}, {got['jobs_per_call']:4.1f} jobs/script call "
                         f"(wall {got['wall_s']} s for {got['n']:,} jobs)",
                         flush=True,
                     )
