@@ -32,6 +32,7 @@ from .options import HandlerSpec, WorkerOptions, WorkerStats
 
 T = TypeVar("T")
 DEBUG = logging.DEBUG
+AHEAD_FACTOR = 2  # the claim-ahead holds at most this many times ``concurrency``
 
 
 class Runner:
@@ -82,6 +83,10 @@ class Runner:
         self.room = asyncio.Event()  # set when a slot frees or an ack batch lands
         # acks queued or in flight beyond which the claimer waits (their leases are held)
         self.max_unacked = 1_000 + o.concurrency + o.prefetch
+        # claim-ahead for short handlers, tuned by _tune: 0 up to max_ahead
+        self.ahead = 0
+        self.finished = 0  # handlers returned
+        self.max_ahead = AHEAD_FACTOR * o.concurrency
         self._rr = 0
 
     async def close(self) -> None:
@@ -110,12 +115,22 @@ class Runner:
     # -- claiming -------------------------------------------------------------------------
 
     def free(self) -> int:
-        """Jobs to claim now: free slots plus prefetch, less what is claimed and not started;
-        none while too many acks are still waiting to land."""
+        """Jobs to claim now: free slots plus prefetch (the larger of ``prefetch`` and the
+        claim-ahead), less what is claimed and not started; none while too many acks are
+        still waiting to land."""
         o = self.options
         if self.acks.outstanding >= self.max_unacked:
             return 0
-        return o.concurrency + o.prefetch - self.slots.busy - len(self.ready)
+        return o.concurrency + max(o.prefetch, self.ahead) - self.slots.busy - len(self.ready)
+
+    def _tune(self, consumed: int) -> None:
+        """Set the claim-ahead after a claim reply from ``consumed``, the handlers that
+        returned while the claim was on its way (or the whole batch, if every slot was idle
+        when it went): about twice that many (smoothed), so the
+        next claim lands before the jobs ready to start run out. Short handlers raise it
+        until the claims overlap the handlers (up to ``max_ahead``); long ones keep it at 0,
+        so no job waits in one worker while another is idle."""
+        self.ahead = min(self.max_ahead, (self.ahead + 2 * consumed) // 2)
 
     async def claim_loop(self) -> None:
         """Claim while there is room; park when the queues are empty; return on stop (or,
@@ -145,9 +160,14 @@ class Runner:
             # one request id for every re-send: a claim whose reply was lost returns its jobs
             request = uuid.uuid4().hex
             claim = functools.partial(q.claim, want, self.options.lease_ms, request=request)
+            before = self.finished
+            # everything ran out before this claim went: the whole batch could have run
+            drained = before > 0 and not self.slots.busy and not self.ready
             jobs = await self.retry("claim", claim)
             if jobs is None:
                 return None
+            consumed = self.finished - before
+            self._tune(max(consumed, want) if drained and len(jobs) == want else consumed)
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
@@ -221,6 +241,7 @@ class Runner:
 
     def _freed(self) -> None:
         """A handler returned: its slot is free (its ack may still be on its way)."""
+        self.finished += 1
         if self.ready:
             self.start_ready()
         self.room.set()
