@@ -199,3 +199,43 @@ def test_job_context_makes_cancelled_on_first_use() -> None:
     assert not event.is_set()
     other.cancel("shutdown")
     assert event.is_set() and other.cancelled is event
+
+
+@pytest.mark.timeout(30)
+async def test_claim_ahead_grows_for_short_handlers_and_stays_off_for_long_ones(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    async def noop(payload: Any) -> None:
+        return None
+
+    short = Worker(queue, {"j": noop}, options=WorkerOptions(concurrency=10, burst=True))
+    seen: list[int] = []
+
+    async def watch(w: Worker) -> None:
+        while True:
+            if w._runner is not None:
+                seen.append(w._runner.ahead)
+            await asyncio.sleep(0)
+
+    queue.enqueue_many([("j", i) for i in range(3_000)])
+    watcher = asyncio.create_task(watch(short))
+    await asyncio.wait_for(short.run(), 20)
+    watcher.cancel()
+    assert short.stats.completed == 3_000
+    assert 0 < max(seen) <= 20  # claimed ahead, at most twice the concurrency
+
+    async def slow(payload: Any) -> None:
+        await asyncio.sleep(0.1)
+
+    long = Worker(queue, {"j": slow}, options=WorkerOptions(concurrency=2, burst=True))
+    queue.enqueue_many([("j", i) for i in range(12)])
+    task = asyncio.create_task(long.run())
+    active: list[int] = []
+    while not task.done():
+        active.append(queue.counts()["active"])
+        await asyncio.sleep(0.02)
+    await task
+    assert long.stats.completed == 12
+    # a job may be claimed one round trip early, never hoarded
+    assert max(active) <= 3, active
+    assert_consistent(client, qname)

@@ -86,6 +86,7 @@ class Runner:
         # claim-ahead for short handlers, tuned by _tune: 0 up to max_ahead
         self.ahead = 0
         self.finished = 0  # handlers returned
+        self._last_reply = 0.0  # loop time of the last claim reply
         self.max_ahead = AHEAD_FACTOR * o.concurrency
         self._rr = 0
 
@@ -125,11 +126,11 @@ class Runner:
 
     def _tune(self, consumed: int) -> None:
         """Set the claim-ahead after a claim reply from ``consumed``, the handlers that
-        returned while the claim was on its way (or the whole batch, if every slot was idle
-        when it went): about twice that many (smoothed), so the
-        next claim lands before the jobs ready to start run out. Short handlers raise it
-        until the claims overlap the handlers (up to ``max_ahead``); long ones keep it at 0,
-        so no job waits in one worker while another is idle."""
+        returned while the claim was on its way (or the whole batch, if every slot had run
+        dry within a few round trips of the last reply): about twice that many, smoothed,
+        so the next claim lands before the jobs ready to start run out. Short handlers
+        raise it until the claims overlap the handlers (up to ``max_ahead``); long ones
+        keep it near 0, so a job does not wait in one worker while another is idle."""
         self.ahead = min(self.max_ahead, (self.ahead + 2 * consumed) // 2)
 
     async def claim_loop(self) -> None:
@@ -160,14 +161,18 @@ class Runner:
             # one request id for every re-send: a claim whose reply was lost returns its jobs
             request = uuid.uuid4().hex
             claim = functools.partial(q.claim, want, self.options.lease_ms, request=request)
-            before = self.finished
-            # everything ran out before this claim went: the whole batch could have run
+            before, sent = self.finished, self.loop.time()
+            # every slot ran dry before this claim went, soon after the last reply landed
             drained = before > 0 and not self.slots.busy and not self.ready
             jobs = await self.retry("claim", claim)
             if jobs is None:
                 return None
+            landed = self.loop.time()
             consumed = self.finished - before
-            self._tune(max(consumed, want) if drained and len(jobs) == want else consumed)
+            if drained and len(jobs) == want and sent - self._last_reply <= 4 * (landed - sent):
+                consumed = max(consumed, want)  # the whole batch could have run meanwhile
+            self._last_reply = landed
+            self._tune(consumed)
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
