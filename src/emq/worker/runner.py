@@ -2,7 +2,10 @@
 
 A :class:`Runner` lives for one :meth:`emq.worker.Worker.run`. The hot path is two script
 calls per batch, whatever its size: one ``claim`` for up to the free slots and one
-``complete`` for the handlers that finished together. With nothing to claim, the runner parks
+``complete`` for the handlers that finished together. A slot frees when its handler returns
+(:mod:`.execute`); its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
+short handlers the runner claims ahead, so the next claim is on its way while the jobs it
+holds run (:meth:`Runner._tune`). With nothing to claim, the runner parks
 on the queues' wake lists (``BLPOP`` on a connection of its own) that enqueue, promote, sweep,
 delay, redrive and resume push to, so an idle fleet does not poll.
 """
@@ -33,6 +36,7 @@ from .options import HandlerSpec, WorkerOptions, WorkerStats
 T = TypeVar("T")
 DEBUG = logging.DEBUG
 AHEAD_FACTOR = 2  # the claim-ahead holds at most this many times ``concurrency``
+TUNE_MAX_RTT_S = 1.0  # a claim slower than this (an outage, a re-send) does not tune it
 
 
 class Runner:
@@ -168,11 +172,12 @@ class Runner:
             if jobs is None:
                 return None
             landed = self.loop.time()
-            consumed = self.finished - before
-            if drained and len(jobs) == want and sent - self._last_reply <= 4 * (landed - sent):
-                consumed = max(consumed, want)  # the whole batch could have run meanwhile
+            if landed - sent < TUNE_MAX_RTT_S:  # not across an outage's backoff
+                consumed = self.finished - before
+                if drained and len(jobs) == want and sent - self._last_reply <= 4 * (landed - sent):
+                    consumed = max(consumed, want)  # the whole batch could have run meanwhile
+                self._tune(consumed)
             self._last_reply = landed
-            self._tune(consumed)
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
