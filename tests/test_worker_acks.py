@@ -239,3 +239,35 @@ async def test_claim_ahead_grows_for_short_handlers_and_stays_off_for_long_ones(
     # a job may be claimed one round trip early, never hoarded
     assert max(active) <= 3, active
     assert_consistent(client, qname)
+
+
+@pytest.mark.timeout(30)
+async def test_an_ack_that_fails_for_good_leaves_its_lease_to_lapse_and_the_job_runs_again(
+    queue: Queue, client: redis.Redis, qname: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = AsyncQueue.complete_many
+    calls: list[int] = []
+
+    async def broken_once(q: AsyncQueue, pairs: Any) -> list[bool]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise redis.ResponseError("ERR something the worker cannot retry")
+        return await original(q, pairs)
+
+    monkeypatch.setattr(AsyncQueue, "complete_many", broken_once)
+    runs: list[int] = []
+    w = Worker(queue, options=WorkerOptions(lease_ms=600, stalled_interval_ms=100))
+
+    @w.handler("j")
+    async def j(payload: Any, ctx: JobContext) -> None:
+        runs.append(ctx.attempts)
+
+    queue.enqueue("j", None)
+    task = asyncio.create_task(w.run())
+    await until(lambda: w.stats.completed == 1, 15, "the second run to complete")
+    w.stop()
+    await asyncio.wait_for(task, 10)
+    assert runs == [1, 2]  # not renewed forever: the lease lapsed and the sweep recovered it
+    c = queue.counts()
+    assert (c["completed"], c["recovered"], c["active"]) == (1, 1, 0)
+    assert_consistent(client, qname)

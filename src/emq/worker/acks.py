@@ -88,6 +88,14 @@ class AckBuffer:
             if batch:
                 try:
                     await self.flush(batch)
+                except Exception as exc:  # not an outage (those are retried): a bug or refusal
+                    # leave these leases to lapse (the sweep recovers the jobs) rather than
+                    # renew them forever; the worker goes on acknowledging the rest
+                    self._log.error(
+                        "acknowledgements failed; their leases will lapse",
+                        extra={"emq": {"event": "ack_failed", "count": len(batch)}},
+                        exc_info=exc,
+                    )
                 finally:
                     self.outstanding -= len(batch)
                 if self._landed is not None:
