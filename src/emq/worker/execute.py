@@ -19,8 +19,8 @@ shutdown it is told to stop (``ctx.cancelled``) and its result is ignored, but i
 taken until the thread returns, so ``concurrency`` always bounds the threads in use.
 
 Cost per async job: one task (the handler awaited inside it), no future, timer or
-``threading.Event`` of its own. Timeouts are one watchdog: a heap of deadlines and a single
-timer armed for the earliest.
+``threading.Event`` of its own. Timeouts are one watchdog: the deadlines in one deque per
+distinct limit (they only grow there) and a single timer armed for the earliest.
 """
 
 from __future__ import annotations
