@@ -264,6 +264,15 @@ def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_
     console.rule("summary")
     for label, good in checks.items():
         console.print(("[green]ok  [/green] " if good else "[red]FAIL[/red] ") + label)
+    others = [j for j in q.jobs("dead", 0, 1000) if j.id != poison_id]
+    if others:
+        console.print(
+            f"note {len(others)} other job(s) dead-lettered with last_error="
+            f"{others[0].last_error}: each was held by two of the workers that were killed or "
+            f"frozen, so it stalled {MAX_STALLED} times (max_stalled). They are in dead, not "
+            "lost: `emq dead demo redrive` puts them back.",
+            highlight=False,
+        )
     return all(checks.values())
 
 
