@@ -8,11 +8,12 @@ import time
 import pytest
 
 from emq import Backoff, InvalidId, InvalidName, InvalidOption, InvalidPayload, QueueOptions
-from emq.calls import JobSpec, QueueCore
+from emq.calls import QueueCore
 from emq.config import check_url
 from emq.errors import DuplicateConflict, InvalidUrl, JobNotFound, LeaseLost, WrongState, from_reply
 from emq.ids import EPOCH_MS, Minter, check_id, decode, encode, minted_at_ms
 from emq.keys import QueueKeys
+from emq.records import JobSpec
 
 
 def _minter() -> Minter:

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from emq.calls import JobSpec, QueueCore, node_lease
+from emq.calls import QueueCore, node_lease
+from emq.records import JobSpec
 from emq.scripts import SCRIPTS, parse_header
 
 ID = "JOB0000000000A"

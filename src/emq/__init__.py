@@ -7,7 +7,6 @@ before acknowledging it (see docs/guarantees.md).
 
 from .archive import Archive, Floor
 from .async_queue import AsyncQueue
-from .calls import Claimed, EnqueuedId, Job, JobSpec, SweepResult
 from .config import Backoff, QueueOptions
 from .errors import (
     DuplicateConflict,
@@ -26,6 +25,7 @@ from .errors import (
 )
 from .events import Event
 from .queue import Queue
+from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
 from .states import JobState, Location
 from .worker import JobContext, NoRetry, Permanent, Worker, WorkerOptions
 

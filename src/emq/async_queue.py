@@ -16,22 +16,12 @@ from typing import TYPE_CHECKING, Any, cast
 import redis.asyncio
 
 from . import scripts
-from .calls import (
-    COUNT_FIELDS,
-    Call,
-    Claimed,
-    EnqueuedId,
-    Job,
-    JobSpec,
-    SweepResult,
-    decode_counts,
-    decode_job,
-    node_lease,
-)
+from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
 from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
 from .events import Event, aiter_events
 from .ids import check_id
+from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
 from .shell import CHUNK, DEFAULT_LEASE_MS, WINDOW, ShellBase, expect, lease_candidates, minter_for
 from .states import Location
 

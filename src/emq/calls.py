@@ -12,13 +12,14 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .config import Backoff, QueueOptions
 from .errors import InvalidName, InvalidOption, InvalidPayload
 from .ids import check_id
 from .keys import QueueKeys, node_key
+from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
 from .states import Location
 
 T = TypeVar("T")
@@ -40,69 +41,6 @@ class Call(Generic[T]):
     keys: list[str]
     args: list[Arg]
     decode: Callable[[Any], T]
-
-
-class EnqueuedId(str):
-    """A job id returned by enqueue; ``created`` is False when nothing was written because
-    the id (or dedup key) already existed with the same contents."""
-
-    created: bool
-
-    def __new__(cls, value: str, created: bool = True) -> EnqueuedId:
-        obj = super().__new__(cls, value)
-        obj.created = created
-        return obj
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """A job to enqueue, validated on construction."""
-
-    name: str
-    payload: Any = None
-    delay_ms: int = 0
-    priority: int = 0
-    max_attempts: int | None = None
-    key: str | None = None
-    id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
-    clock."""
-
-    id: str
-    token: int
-    name: str
-    payload: Any
-    attempts: int
-    stalled: int
-    deadline_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SweepResult:
-    recovered: list[str] = field(default_factory=list)
-    dead: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A snapshot of a job's row."""
-
-    id: str
-    state: str
-    name: str
-    payload: Any
-    attempts: int
-    stalled: int
-    token: int
-    priority: int
-    max_attempts: int
-    created_at: int
-    last_error: str | None
-    fields: dict[str, str]
 
 
 def _int_option(name: str, value: object, low: int, high: int) -> int:

@@ -9,10 +9,11 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from .calls import Arg, JobSpec, QueueCore
+from .calls import Arg, QueueCore
 from .config import QueueOptions
 from .errors import InvalidOption, LeaseLost
 from .ids import NODES, Minter
+from .records import JobSpec
 
 DEFAULT_LEASE_MS = 30_000
 CHUNK = 1000  # jobs per enqueue script call: one indivisible step each

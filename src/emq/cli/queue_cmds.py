@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..calls import Job
 from ..errors import InvalidPayload
+from ..records import Job
 from ..states import Location
 from .common import (
     console,

@@ -21,8 +21,9 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calls import JobSpec, QueueCore
+from ..calls import QueueCore
 from ..keys import QueueKeys
+from ..records import JobSpec
 from .forms import (
     MOVING_STEPS,
     PAST_MS,

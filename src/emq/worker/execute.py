@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..async_queue import AsyncQueue
-from ..calls import Claimed
 from ..config import Backoff
+from ..records import Claimed
 from .context import JobContext
 from .heartbeat import Lease
 from .options import HandlerSpec, Permanent

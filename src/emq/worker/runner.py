@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
-from ..calls import Claimed
 from ..config import QueueOptions
 from ..queue import Queue
+from ..records import Claimed
 from .acks import Ack, AckBuffer
 from .connect import OUTAGE_ERRORS, ClientFactory, Outage
 from .execute import Held, Outcome, Slots

@@ -1,0 +1,72 @@
+"""What callers get back from a queue: admitted ids, leased jobs, sweep results, job rows.
+
+Plain, immutable values; :mod:`emq.calls` builds them from script replies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class EnqueuedId(str):
+    """A job id returned by enqueue; ``created`` is False when nothing was written because
+    the id (or dedup key) already existed with the same contents."""
+
+    created: bool
+
+    def __new__(cls, value: str, created: bool = True) -> EnqueuedId:
+        obj = super().__new__(cls, value)
+        obj.created = created
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to enqueue, validated on construction."""
+
+    name: str
+    payload: Any = None
+    delay_ms: int = 0
+    priority: int = 0
+    max_attempts: int | None = None
+    key: str | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
+    clock."""
+
+    id: str
+    token: int
+    name: str
+    payload: Any
+    attempts: int
+    stalled: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    recovered: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of a job's row."""
+
+    id: str
+    state: str
+    name: str
+    payload: Any
+    attempts: int
+    stalled: int
+    token: int
+    priority: int
+    max_attempts: int
+    created_at: int
+    last_error: str | None
+    fields: dict[str, str]
