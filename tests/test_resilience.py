@@ -68,3 +68,49 @@ def test_restart_between_enqueue_and_claim_loses_nothing(
     assert_consistent(q.client, "restart")
     q.close()
     own.stop()
+
+
+@pytest.mark.timeout(60)
+def test_enqueue_rides_out_a_restart_without_duplicates(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """The server is down when enqueue_many is called and comes back 0.5 s later: the call is
+    re-sent with the same (pre-minted) ids, so every job lands exactly once."""
+    import threading
+    import time
+
+    own = EmbeddedServer(tmp_path / "srv", binary=server.binary)
+    url = own.start()
+    q = Queue.from_url(url, "resend")
+    q.enqueue("warm")  # takes the id node lease while the server is up
+    own.stop()
+    restarter = threading.Timer(0.5, own.start)
+    restarter.start()
+    t0 = time.monotonic()
+    ids = q.enqueue_many([("x", {"i": i}) for i in range(2500)])  # pipelined chunks
+    one = q.enqueue("y")
+    assert time.monotonic() - t0 >= 0.4, "the first attempts really met a stopped server"
+    restarter.join()
+    assert len(set(ids)) == 2500 and all(i.created for i in ids) and one.created
+    assert q.counts()["pending"] == 2502
+    assert_consistent(q.client, "resend")
+    q.close()
+    own.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_async_enqueue_rides_out_a_restart(server: EmbeddedServer, tmp_path: Path) -> None:
+    import asyncio
+
+    own = EmbeddedServer(tmp_path / "srv", binary=server.binary)
+    url = own.start()
+    q = AsyncQueue.from_url(url, "resend")
+    await q.enqueue("warm")
+    own.stop()
+    loop = asyncio.get_running_loop()
+    restart = loop.run_in_executor(None, lambda: (__import__("time").sleep(0.5), own.start()))
+    ids = await q.enqueue_many([("x", i) for i in range(2500)])
+    await restart
+    assert len(set(ids)) == 2500 and (await q.counts())["pending"] == 2501
+    await q.close()
+    own.stop()

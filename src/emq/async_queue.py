@@ -8,10 +8,11 @@ instant. :class:`emq.Queue` is its sync twin; methods differ only by ``await``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.asyncio
 
@@ -22,11 +23,24 @@ from .errors import EmqError, InvalidOption
 from .events import Event, aiter_events
 from .ids import check_id
 from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
-from .shell import CHUNK, DEFAULT_LEASE_MS, WINDOW, ShellBase, expect, lease_candidates, minter_for
+from .shell import (
+    CHUNK,
+    DEFAULT_LEASE_MS,
+    RESEND_DELAYS_S,
+    UNREACHABLE,
+    WINDOW,
+    ShellBase,
+    expect,
+    lease_candidates,
+    minter_for,
+)
 from .states import Location
 
 if TYPE_CHECKING:
     from .archive.floor import Floor
+
+
+T = TypeVar("T")
 
 
 class AsyncQueue(ShellBase):
@@ -58,6 +72,15 @@ class AsyncQueue(ShellBase):
 
     async def _run(self, call: Call[Any]) -> Any:
         return call.decode(await scripts.run_async(self.client, call.script, call.keys, call.args))
+
+    async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:
+        """Await an idempotent call, re-sending it unchanged while the server is unreachable."""
+        for delay in RESEND_DELAYS_S:
+            try:
+                return await send()
+            except UNREACHABLE:
+                await asyncio.sleep(delay)
+        return await send()
 
     async def new_ids(self, n: int) -> list[str]:
         async with self._mint_lock:
@@ -94,14 +117,17 @@ class AsyncQueue(ShellBase):
         explicit = self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
         calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
-            return [job_id for call in calls for job_id in await self._run(call)]
+            out: list[EnqueuedId] = []
+            for call in calls:
+                out += await self._resend(functools.partial(self._run, call))
+            return out
         # fresh ids cannot conflict: keep a few chunks in flight on their own connections, so
         # the server runs one while the next is encoded and sent
         gate = asyncio.Semaphore(WINDOW)
 
         async def send(call: Call[list[EnqueuedId]]) -> list[EnqueuedId]:
             async with gate:
-                return await self._run(call)  # type: ignore[no-any-return]
+                return await self._resend(functools.partial(self._run, call))
 
         replies = await asyncio.gather(*(send(call) for call in calls))
         return [job_id for reply in replies for job_id in reply]
@@ -109,8 +135,9 @@ class AsyncQueue(ShellBase):
     async def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
     ) -> list[Claimed]:
-        """Lease up to ``count`` jobs. Re-sending with the same ``request`` id (after a
-        connection error) returns the same jobs for ``lease_ms`` instead of leasing more."""
+        """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
+        with the same ``request`` id and, if the first call had landed, the server returns the
+        same jobs (for ``lease_ms``) instead of leasing more."""
         call = self.core.claim(count, lease_ms, request)
         return await self._run(call)  # type: ignore[no-any-return]
 

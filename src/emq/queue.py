@@ -7,11 +7,12 @@ instant. :class:`emq.AsyncQueue` is its awaitable twin.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
@@ -22,11 +23,24 @@ from .errors import EmqError, InvalidOption
 from .events import Event, iter_events
 from .ids import check_id
 from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
-from .shell import CHUNK, DEFAULT_LEASE_MS, WINDOW, ShellBase, expect, lease_candidates, minter_for
+from .shell import (
+    CHUNK,
+    DEFAULT_LEASE_MS,
+    RESEND_DELAYS_S,
+    UNREACHABLE,
+    WINDOW,
+    ShellBase,
+    expect,
+    lease_candidates,
+    minter_for,
+)
 from .states import Location
 
 if TYPE_CHECKING:
     from .archive.floor import Floor
+
+
+T = TypeVar("T")
 
 
 class Queue(ShellBase):
@@ -58,6 +72,15 @@ class Queue(ShellBase):
 
     def _run(self, call: Call[Any]) -> Any:
         return call.decode(scripts.run(self.client, call.script, call.keys, call.args))
+
+    def _resend(self, send: Callable[[], T]) -> T:
+        """Run an idempotent call, re-sending it unchanged while the server is unreachable."""
+        for delay in RESEND_DELAYS_S:
+            try:
+                return send()
+            except UNREACHABLE:
+                time.sleep(delay)
+        return send()
 
     def new_ids(self, n: int) -> list[str]:
         """Mint ``n`` ids under this process's node lease (taken or renewed as needed)."""
@@ -97,12 +120,16 @@ class Queue(ShellBase):
         explicit = self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
         calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
-            return [job_id for call in calls for job_id in self._run(call)]
-        out: list[EnqueuedId] = []
+            out: list[EnqueuedId] = []
+            for call in calls:
+                out += self._resend(functools.partial(self._run, call))
+            return out
+        out = []
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
             window = calls[i : i + WINDOW]
-            replies = scripts.run_pipelined(
-                self.client, "enqueue", [(c.keys, c.args) for c in window]
+            batch = [(c.keys, c.args) for c in window]
+            replies = self._resend(
+                functools.partial(scripts.run_pipelined, self.client, "enqueue", batch)
             )
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
@@ -111,8 +138,9 @@ class Queue(ShellBase):
     def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
     ) -> list[Claimed]:
-        """Lease up to ``count`` jobs. Re-sending with the same ``request`` id (after a
-        connection error) returns the same jobs for ``lease_ms`` instead of leasing more."""
+        """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
+        with the same ``request`` id and, if the first call had landed, the server returns the
+        same jobs (for ``lease_ms``) instead of leasing more."""
         call = self.core.claim(count, lease_ms, request)
         return self._run(call)  # type: ignore[no-any-return]
 

@@ -9,6 +9,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+import redis
+
 from .calls import Arg, QueueCore
 from .config import QueueOptions
 from .errors import InvalidOption, LeaseLost
@@ -18,6 +20,15 @@ from .records import JobSpec
 DEFAULT_LEASE_MS = 30_000
 CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
 WINDOW = 4  # enqueue chunks in flight at once (pipelined, or on separate connections)
+# Idempotent calls (enqueue: the ids are minted before sending; claim: it carries a request
+# id) are re-sent with the same arguments while the server is unreachable, after these waits.
+RESEND_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+)
 
 # One id minter (one node lease) per connection pool, shared by every queue on it.
 _MINTERS: weakref.WeakKeyDictionary[object, Minter] = weakref.WeakKeyDictionary()
