@@ -85,3 +85,14 @@ def test_header_shape_is_enforced() -> None:
         parse_header(
             "x", "-- x: a -> b\n-- KEYS[2] a  ZSET  z\n-- Returns: 1\n-- Errors: n\n-- Derives: n\n"
         )
+
+
+def test_every_transition_of_the_graph_has_its_script_and_its_doc() -> None:
+    from pathlib import Path
+
+    from emq.states import TRANSITIONS
+
+    lifecycle = (Path(__file__).parent.parent / "docs" / "lifecycle.md").read_text()
+    for name in TRANSITIONS:
+        assert name in SCRIPTS, f"{name} has no lua/{name}.lua"
+        assert f"**{name}**" in lifecycle, f"docs/lifecycle.md does not describe {name}"
