@@ -42,3 +42,32 @@ def test_a_taken_node_is_never_overwritten(url: str, qname: str, client: redis.R
     assert _node(second) != node
     assert client.get(node_key(node)) == "someone-else"
     q.close()
+
+
+def test_queues_sharing_a_client_mint_distinct_ids_from_many_threads(
+    client: redis.Redis, qname: str
+) -> None:
+    import sys
+    import threading
+
+    queues = [Queue(client, f"{qname}-{i}") for i in range(4)]
+    for q in queues:
+        q.new_ids(1)  # the lease is taken once, before the threads race on the counter
+    minted: list[list[str]] = [[] for _ in queues]
+
+    def mint(i: int) -> None:
+        for _ in range(200):
+            minted[i] += queues[i].new_ids(50)
+
+    threads = [threading.Thread(target=mint, args=(i,)) for i in range(len(queues))]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    every = [i for ids in minted for i in ids]
+    assert len(every) == 40_000 and len(set(every)) == 40_000

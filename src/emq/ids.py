@@ -12,6 +12,7 @@ queue shells send the lease calls that :class:`Minter` asks for.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 
@@ -69,7 +70,8 @@ def minted_at_ms(job_id: str) -> int:
 
 
 class Minter:
-    """Mints ids under a leased node number. Not thread-safe; guard it with a lock."""
+    """Mints ids under a leased node number; safe to share between threads (every queue on
+    one connection pool shares one minter)."""
 
     def __init__(self, ttl_ms: int = NODE_TTL_MS) -> None:
         self.owner = uuid.uuid4().hex
@@ -79,6 +81,7 @@ class Minter:
         self._valid_until = 0.0
         self._last_ms = 0
         self._seq = 0
+        self._lock = threading.Lock()
 
     def needs_lease(self, now: float | None = None) -> bool:
         """True when the lease must be taken or renewed before the next mint."""
@@ -104,17 +107,18 @@ class Minter:
         """``n`` new ids in mint order, under one reading of the clock."""
         if self.node is None or time.monotonic() >= self._valid_until:
             raise RuntimeError("no valid node lease; the queue shell must renew it first")
-        ms = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - EPOCH_MS
-        if ms <= self._last_ms:
-            ms, seq = self._last_ms, self._seq + 1
-        else:
-            seq = 0
         node_bits = self.node << 12
-        out = []
-        for _ in range(n):
-            if seq >= 4096:  # borrow the next millisecond rather than repeat an id
-                ms, seq = ms + 1, 0
-            out.append(encode((ms << 22) | node_bits | seq))
-            seq += 1
-        self._last_ms, self._seq = ms, seq - 1
+        with self._lock:
+            ms = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - EPOCH_MS
+            if ms <= self._last_ms:
+                ms, seq = self._last_ms, self._seq + 1
+            else:
+                seq = 0
+            out = []
+            for _ in range(n):
+                if seq >= 4096:  # borrow the next millisecond rather than repeat an id
+                    ms, seq = ms + 1, 0
+                out.append(encode((ms << 22) | node_bits | seq))
+                seq += 1
+            self._last_ms, self._seq = ms, seq - 1
         return out
