@@ -358,3 +358,9 @@ def test_an_id_repeated_inside_one_batch(queue: Queue) -> None:
     with pytest.raises(DuplicateConflict):
         queue.enqueue_many([JobSpec("a", 1, id=other), JobSpec("a", 2, id=other)])
     assert queue.job(other) is None and queue.counts()["pending"] == 1
+
+
+def test_a_stored_claim_reply_lives_at_most_a_minute(queue: Queue, client: redis.Redis) -> None:
+    queue.enqueue("x")
+    queue.claim(1, lease_ms=3_600_000, request="long")
+    assert 0 < client.pttl(queue.core.keys.claim_reply("long")) <= 60_000

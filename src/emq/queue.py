@@ -140,7 +140,7 @@ class Queue(ShellBase):
     ) -> list[Claimed]:
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
-        same jobs (for ``lease_ms``) instead of leasing more."""
+        same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
         call = self.core.claim(count, lease_ms, request)
         return self._run(call)  # type: ignore[no-any-return]
 

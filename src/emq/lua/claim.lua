@@ -5,7 +5,7 @@
 -- the pause flag is read here, inside the same step as the pop (a paused queue returns no
 -- jobs, not an error); attempts and token are bumped with HINCRBY, never written by a
 -- client; the lease deadline is now + lease_ms on the server clock. A call carrying a
--- request id stores its reply for lease_ms: a resend of the same call (a retry after a lost
+-- request id stores its reply for lease_ms (at most 60 s): a resend of the same call (a retry after a lost
 -- reply) gets the same jobs back instead of leasing more and stranding the first ones.
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
@@ -92,6 +92,6 @@ for i = 1, #popped, 2 do
   end
 end
 if request ~= '' and #out > 1 then
-  redis.call('SET', k_reply, cjson.encode(out), 'PX', lease_ms)
+  redis.call('SET', k_reply, cjson.encode(out), 'PX', math.min(lease_ms, 60000))
 end
 return finish(out)
