@@ -5,8 +5,9 @@
 -- the pause flag is read here, inside the same step as the pop (a paused queue returns no
 -- jobs, not an error); attempts and token are bumped with HINCRBY, never written by a
 -- client; the lease deadline is now + lease_ms on the server clock. A call carrying a
--- request id stores its reply for lease_ms (at most 60 s): a resend of the same call (a retry after a lost
--- reply) gets the same jobs back instead of leasing more and stranding the first ones.
+-- request id stores its reply for lease_ms (at most 60 s): a resend of the same call (a
+-- retry after a lost reply) gets the same jobs back instead of leasing more and stranding
+-- the first ones.
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
 -- KEYS[2] active     ZSET    leased jobs, score = lease deadline ms
