@@ -71,3 +71,22 @@ def test_queues_sharing_a_client_mint_distinct_ids_from_many_threads(
         sys.setswitchinterval(old)
     every = [i for ids in minted for i in ids]
     assert len(every) == 40_000 and len(set(every)) == 40_000
+
+
+def test_a_forked_child_takes_its_own_node(url: str, qname: str) -> None:
+    """gunicorn --preload and friends fork after the parent has minted: the child must not
+    keep minting under the parent's node number."""
+    import multiprocessing as mp
+
+    q = Queue.from_url(url, qname)
+    parent_node = _node(q.enqueue("x"))
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()
+    child = ctx.Process(target=lambda: out.put(_node(q.enqueue("x"))))
+    child.start()
+    child_node = out.get(timeout=30)
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert child_node != parent_node
+    assert _node(q.enqueue("x")) == parent_node, "the parent keeps its own lease"
+    q.close()

@@ -11,6 +11,7 @@ queue shells send the lease calls that :class:`Minter` asks for.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -74,6 +75,7 @@ class Minter:
     one connection pool shares one minter)."""
 
     def __init__(self, ttl_ms: int = NODE_TTL_MS) -> None:
+        self._pid = os.getpid()
         self.owner = uuid.uuid4().hex
         self.ttl_ms = ttl_ms
         self.node: int | None = None
@@ -84,7 +86,12 @@ class Minter:
         self._lock = threading.Lock()
 
     def needs_lease(self, now: float | None = None) -> bool:
-        """True when the lease must be taken or renewed before the next mint."""
+        """True when the lease must be taken or renewed before the next mint. In a process
+        forked after minting, the inherited lease is dropped: the child takes its own node,
+        so parent and child never mint under one node number."""
+        if os.getpid() != self._pid:
+            self._pid, self.owner, self.node = os.getpid(), uuid.uuid4().hex, None
+            self._lock = threading.Lock()
         return (
             self.node is None or (now if now is not None else time.monotonic()) >= self._renew_after
         )
@@ -105,7 +112,7 @@ class Minter:
 
     def mint_many(self, n: int, now_ms: int | None = None) -> list[str]:
         """``n`` new ids in mint order, under one reading of the clock."""
-        if self.node is None or time.monotonic() >= self._valid_until:
+        if self.node is None or time.monotonic() >= self._valid_until or os.getpid() != self._pid:
             raise RuntimeError("no valid node lease; the queue shell must renew it first")
         node_bits = self.node << 12
         with self._lock:
