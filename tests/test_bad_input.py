@@ -41,6 +41,7 @@ CASES: list[tuple[str, type[InvalidInput], Callable[[Queue], Any]]] = [
     ("malformed id on enqueue", InvalidId, lambda q: q.enqueue("x", id="JOB_bad_bad_bad")),
     ("non-JSON payload", InvalidPayload, lambda q: q.enqueue("x", object())),
     ("bytes payload", InvalidPayload, lambda q: q.enqueue("x", b"raw")),
+    ("lone surrogate in payload", InvalidPayload, lambda q: q.enqueue("x", {"t": "\ud800"})),
     ("payload over the limit", InvalidPayload, lambda q: q.enqueue("x", "y" * (512 * 1024))),
     ("bad job name", InvalidName, lambda q: q.enqueue("no spaces please")),
     ("zero lease", InvalidOption, lambda q: q.claim(1, lease_ms=0)),

@@ -74,8 +74,16 @@ def encode_payload(payload: Any, limit: int) -> str:
         text = _dumps(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
-    if len(text) > limit // 4 and len(text.encode("utf-8")) > limit:
-        size = len(text.encode("utf-8"))
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidPayload(
+                f"payload holds text that is not valid Unicode (a lone surrogate?): {exc}"
+            ) from None
+    if size > limit:
         raise InvalidPayload(
             f"payload is {size} bytes encoded, over the limit of {limit} "
             "(raise QueueOptions.max_payload_bytes or store the data elsewhere)"
