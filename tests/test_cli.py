@@ -93,6 +93,7 @@ def test_server_lifecycle(tmp_path: Path) -> None:
     assert started["url"].startswith("redis://127.0.0.1:")
     assert run_json("server", "start", "--dir", d)["url"] == started["url"], "reused"
     assert run("server", "url", "--dir", d) == (0, started["url"] + "\n")
+    assert run_json("server", "url", "--dir", d) == {"url": started["url"]}
     assert redis.Redis.from_url(started["url"]).ping()
     assert run_json("server", "status", "--dir", d)["running"] is True
     assert (tmp_path / "emq" / "appendonlydir").is_dir(), "AOF is on"

@@ -70,10 +70,15 @@ def status(data_dir: str | None, as_json: bool) -> None:
 
 @server.command()
 @dir_option
+@json_option
 @handle_errors
-def url(data_dir: str | None) -> None:
+def url(data_dir: str | None, as_json: bool) -> None:
     """Print the embedded server's URL (for EMQ_URL)."""
-    click.echo(_server(data_dir).url())
+    found = _server(data_dir).url()
+    if as_json:
+        emit_json({"url": found})
+    else:
+        click.echo(found)
 
 
 def register(group: click.Group) -> None:
