@@ -7,6 +7,7 @@ whichever system) beats the reference, and 10 means ten times better.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,86 +131,32 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     def rt(key: str, which: str = "vs_best_peer") -> float | None:
         return r.get(key, {}).get(which)
 
-    def ok(value: float | None, test: bool) -> bool | None:
-        return None if value is None else test
+    def target(
+        name: str, kind: str, v: float | None, met: Callable[[float], bool], against: Any = None
+    ) -> dict[str, Any]:
+        entry = {"target": name, "kind": kind, "measured": v, "met": None if v is None else met(v)}
+        if against is not None or kind == "ratio":
+            entry["against"] = against
+        return entry
 
-    out = []
-    v = rt("proc_1")
-    out.append(
-        {
-            "target": "processing, 1 process: >= 10x the fastest peer",
-            "kind": "ratio",
-            "measured": v,
-            "against": best.get("proc_1"),
-            "met": ok(v, (v or 0) >= 10),
-        }
-    )
-    v = rt("enqueue_bulk")
-    out.append(
-        {
-            "target": "bulk enqueue: >= 5x the fastest peer's bulk",
-            "kind": "ratio",
-            "measured": v,
-            "against": best.get("enqueue_bulk"),
-            "met": ok(v, (v or 0) >= 5),
-        }
-    )
-    v = None
+    bulk_vs_raw = None
     if emq.get("enqueue_bulk") and raw.get("redis_py_pipelined"):
-        v = emq["enqueue_bulk"] / raw["redis_py_pipelined"]
-    out.append(
-        {
-            "target": "bulk enqueue: >= 0.5x redis-py pipelined EVALSHA",
-            "kind": "ratio",
-            "measured": v,
-            "against": raw.get("redis_py_pipelined"),
-            "met": ok(v, (v or 0) >= 0.5),
-        }
-    )
-    v = emq.get("latency_p50_ms")
-    out.append(
-        {
-            "target": "latency p50 < 2 ms at 1,000 jobs/s",
-            "kind": "ms",
-            "measured": v,
-            "met": ok(v, (v or 1e9) < 2),
-        }
-    )
-    v = emq.get("latency_p99_ms")
-    out.append(
-        {
-            "target": "latency p99 < 10 ms at 1,000 jobs/s",
-            "kind": "ms",
-            "measured": v,
-            "met": ok(v, (v or 1e9) < 10),
-        }
-    )
-    v = sweep.get("rate")
-    out.append(
-        {
-            "target": "sweep: >= 50,000 expired leases/s",
-            "kind": "rate",
-            "measured": v,
-            "met": ok(v, (v or 0) >= 50_000),
-        }
-    )
-    v = sweep.get("call_max_ms_worst")
-    out.append(
-        {
-            "target": "sweep: no single call over 10 ms",
-            "kind": "ms",
-            "measured": v,
-            "met": ok(v, (v or 1e9) <= 10),
-        }
-    )
-    v = rt("memory_bytes_per_job")
-    out.append(
-        {
-            "target": "memory per waiting job <= smallest per-job-row peer",
-            "kind": "ratio",
-            "measured": v,
-            "against": best.get("memory_bytes_per_job"),
-            "met": ok(v, (v or 0) >= 1),
-        }
-    )
-    return out  # fmt: skip
+        bulk_vs_raw = emq["enqueue_bulk"] / raw["redis_py_pipelined"]
+    return [
+        target("processing, 1 process: >= 10x the fastest peer", "ratio", rt("proc_1"),
+               lambda v: v >= 10, best.get("proc_1")),
+        target("bulk enqueue: >= 5x the fastest peer's bulk", "ratio", rt("enqueue_bulk"),
+               lambda v: v >= 5, best.get("enqueue_bulk")),
+        target("bulk enqueue: >= 0.5x redis-py pipelined EVALSHA", "ratio", bulk_vs_raw,
+               lambda v: v >= 0.5, raw.get("redis_py_pipelined")),
+        target("latency p50 < 2 ms at 1,000 jobs/s", "ms", emq.get("latency_p50_ms"),
+               lambda v: v < 2),
+        target("latency p99 < 10 ms at 1,000 jobs/s", "ms", emq.get("latency_p99_ms"),
+               lambda v: v < 10),
+        target("sweep: >= 50,000 expired leases/s", "rate", sweep.get("rate"),
+               lambda v: v >= 50_000),
+        target("sweep: no single call over 10 ms", "ms", sweep.get("call_max_ms_worst"),
+               lambda v: v <= 10),
+        target("memory per waiting job <= smallest per-job-row peer", "ratio",
+               rt("memory_bytes_per_job"), lambda v: v >= 1, best.get("memory_bytes_per_job")),
+    ]  # fmt: skip
