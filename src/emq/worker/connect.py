@@ -21,13 +21,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config import check_url
+from ..shell import UNREACHABLE
 
-OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    ConnectionError,
-    TimeoutError,
-)
+OUTAGE_ERRORS = UNREACHABLE
 """Errors that mean "the server is unreachable (or restarting)"; everything else is a bug."""
 
 _COPIED = (
