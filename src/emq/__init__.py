@@ -21,6 +21,10 @@ from .errors import (
     LeaseLost,
     ScriptError,
     ServerError,
+    ServerOutOfMemory,
+    ServerRefused,
+    ServerUnreachable,
+    UnsafeServer,
     WrongState,
 )
 from .events import Event
@@ -58,7 +62,11 @@ __all__ = [
     "QueueOptions",
     "ScriptError",
     "ServerError",
+    "ServerOutOfMemory",
+    "ServerRefused",
+    "ServerUnreachable",
     "SweepResult",
+    "UnsafeServer",
     "Worker",
     "WorkerOptions",
     "WrongState",

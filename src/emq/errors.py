@@ -37,6 +37,33 @@ class ServerError(EmqError):
     """The embedded server could not be started, found or stopped."""
 
 
+class ServerUnreachable(EmqError, ConnectionError):
+    """The server could not be reached (refused, reset, timed out, restarting). The call may
+    or may not have been applied; idempotent calls can be re-sent. The redis-py error is
+    chained as ``__cause__``. Also a builtin :class:`ConnectionError`."""
+
+
+class ServerRefused(EmqError):
+    """The server answered but refused to run the call for a reason of its own state, not of
+    the input: out of memory, busy with a long script, a read-only replica, a failed disk
+    write, missing ACL permission. Nothing was applied. ``reason`` is the server's error
+    class (``OOM``, ``BUSY``, ``READONLY``, ``MISCONF``, ``NOPERM``, ...)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ServerOutOfMemory(ServerRefused):
+    """The server is at ``maxmemory`` and refused a write. Nothing was applied (every emq
+    script is refused whole, before it runs); retry once memory is freed."""
+
+
+class UnsafeServer(EmqError):
+    """The server is configured in a way that breaks emq's guarantees (an evicting
+    ``maxmemory-policy``, or a durability setting it cannot provide)."""
+
+
 class InvalidInput(EmqError, ValueError):
     """Input refused before any key was written."""
 
@@ -71,10 +98,24 @@ _BY_CLASS: dict[str, type[EmqError]] = {
 }
 
 
+# Error classes a server uses when it refuses a call because of its own state.
+SERVER_REFUSALS = ("OOM", "BUSY", "READONLY", "MISCONF", "NOPERM", "LOADING", "MASTERDOWN",
+                   "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "NOTBUSY")  # fmt: skip
+
+
 def from_reply(message: str) -> EmqError | None:
-    """Map a script error reply to its exception, or None if it is not an emq refusal."""
+    """Map an error reply to its exception, or None if it is neither an emq refusal nor a
+    server refusal (then it is a bug: :class:`ScriptError`)."""
     head, _, detail = message.partition(" ")
     cls = _BY_CLASS.get(head)
-    if cls is None:
-        return None
-    return cls(detail or head)
+    if cls is not None:
+        return cls(detail or head)
+    if head == "OOM" or "OOM command not allowed" in message:
+        return ServerOutOfMemory(
+            f"the server is out of memory (maxmemory reached) and refused a write; nothing was "
+            f"applied: {message}",
+            "OOM",
+        )
+    if head in SERVER_REFUSALS:
+        return ServerRefused(f"the server refused the call ({head}): {message}", head)
+    return None
