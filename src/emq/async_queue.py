@@ -87,8 +87,11 @@ class AsyncQueue(ShellBase):
             if self._minter.needs_lease():
                 sent = time.monotonic()
                 for node in lease_candidates(self._minter):
-                    if await self._run(node_lease(node, self._minter.owner, self._minter.ttl_ms)):
-                        self._minter.leased(node, sent)
+                    asked = time.monotonic()
+                    call = node_lease(node, self._minter.owner, self._minter.ttl_ms)
+                    held, server_ms = await self._run(call)
+                    if held:  # the server's clock stands for the midpoint of this round trip
+                        self._minter.leased(node, sent, server_ms, (asked + time.monotonic()) / 2)
                         break
                 else:
                     self._minter.lost()

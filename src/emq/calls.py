@@ -293,8 +293,12 @@ class QueueCore:
             raise InvalidOption(f"unknown location {location!r}; use one of {names}") from None
 
 
-def node_lease(node: int, owner: str, ttl_ms: int) -> Call[bool]:
-    return Call("node_lease", [node_key(node)], [owner, ttl_ms], lambda r: r == 1)
+def node_lease(node: int, owner: str, ttl_ms: int) -> Call[tuple[bool, int]]:
+    """Take or renew id node ``node``: ``(held, server_ms)``, the server clock read in the
+    same step (the minter keeps it as its offset, see :mod:`emq.ids`)."""
+    return Call(
+        "node_lease", [node_key(node)], [owner, ttl_ms], lambda r: (r[0] == 1, int(r[1]))
+    )
 
 
 def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:

@@ -7,6 +7,14 @@ The node number (0-1023) is a lease taken on the server (``SET {emq}:node:<n> ow
 and renewed while minting; :class:`Minter` refuses to mint once its lease may have lapsed,
 so two live processes never mint with the same node number. This module does no I/O: the
 queue shells send the lease calls that :class:`Minter` asks for.
+
+The milliseconds are the **server's** clock, not the producer's: each lease reply carries the
+server's ``TIME``, and the minter keeps ``offset = server ms - local monotonic ms`` (taken at
+the midpoint of that call's send and receive), then mints from ``monotonic + offset``. A
+producer whose wall clock is hours off, or before 2024, therefore mints ids that interleave
+with everyone else's by server time (within half a round trip plus the monotonic clock's
+drift over one renewal period, 20 s), so it can neither jump the queue nor fall to its back.
+Ids from one minter never go backwards, even when a new reading moves the offset back.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ def check_id(job_id: object) -> str:
 
 
 def minted_at_ms(job_id: str) -> int:
-    """Wall-clock ms (Unix epoch) at which the id was minted."""
+    """Server-clock ms (Unix epoch) at which the id was minted, as its minter estimated it."""
     return (decode(job_id) >> 22) + EPOCH_MS
 
 
@@ -83,6 +91,7 @@ class Minter:
         self._valid_until = 0.0
         self._last_ms = 0
         self._seq = 0
+        self._offset_ms: float | None = None  # server ms - local monotonic ms
         self._lock = threading.Lock()
 
     def needs_lease(self, now: float | None = None) -> bool:
@@ -96,11 +105,25 @@ class Minter:
             self.node is None or (now if now is not None else time.monotonic()) >= self._renew_after
         )
 
-    def leased(self, node: int, sent_at: float) -> None:
-        """Record a lease granted by a call sent at monotonic time ``sent_at``."""
+    def leased(
+        self, node: int, sent_at: float, server_ms: int | None = None, read_at: float | None = None
+    ) -> None:
+        """Record a lease granted by a call sent at monotonic time ``sent_at`` (the first
+        send of the attempt: the lease is counted from there). ``server_ms`` is the server
+        clock the reply carried and ``read_at`` the monotonic time it stands for (the midpoint
+        of that call's send and receive; ``sent_at`` if not given). Without ``server_ms`` (unit
+        tests only) the local wall clock stands in for the server's."""
         self.node = node
         self._valid_until = sent_at + self.ttl_ms / 1000.0
         self._renew_after = sent_at + self.ttl_ms / 3000.0
+        if server_ms is not None:
+            self._offset_ms = server_ms - (read_at if read_at is not None else sent_at) * 1000.0
+
+    def now_ms(self) -> int:
+        """The server clock as this minter estimates it: local monotonic ms + offset."""
+        if self._offset_ms is None:
+            return time.time_ns() // 1_000_000
+        return int(time.monotonic() * 1000.0 + self._offset_ms)
 
     def lost(self) -> None:
         """The lease could not be renewed: stop minting under this node."""
@@ -111,12 +134,13 @@ class Minter:
         return self.mint_many(1, now_ms)[0]
 
     def mint_many(self, n: int, now_ms: int | None = None) -> list[str]:
-        """``n`` new ids in mint order, under one reading of the clock."""
+        """``n`` new ids in mint order, under one reading of the (server) clock; ``now_ms``
+        overrides the reading (tests)."""
         if self.node is None or time.monotonic() >= self._valid_until or os.getpid() != self._pid:
             raise RuntimeError("no valid node lease; the queue shell must renew it first")
         node_bits = self.node << 12
         with self._lock:
-            ms = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - EPOCH_MS
+            ms = (now_ms if now_ms is not None else self.now_ms()) - EPOCH_MS
             if ms <= self._last_ms:
                 ms, seq = self._last_ms, self._seq + 1
             else:
