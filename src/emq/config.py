@@ -6,40 +6,72 @@ Environment variables are read only at the CLI edge (``emq.cli``), never here.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from .errors import InvalidOption, InvalidUrl
 
 URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
+_PASSWORD_QUERY = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+_LOOSE_USERINFO = re.compile(r"(://[^:/?#@]*:).*@")  # through the last "@": over-masks, never leaks
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``: the one in the user-info part
+    (``redis://user:secret@host`` -> ``redis://user:***@host``) and a ``password=`` query
+    argument. Scheme, user, host, port, db and the other query arguments are kept. Never
+    raises and never returns the password, even for a URL that :func:`check_url` refuses (a
+    password with an unescaped ``/``, ``?`` or ``#``: then everything up to the last ``@`` is
+    masked)."""
+    if not isinstance(url, str):
+        return "<not a string>"
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        url = url.replace(netloc, userinfo.partition(":")[0] + ":***@" + hostport, 1)
+    elif not at and "@" in url:
+        url = _LOOSE_USERINFO.sub(r"\1***@", url, count=1)
+    return _PASSWORD_QUERY.sub(r"\1***", url)
 
 
 def check_url(url: str) -> str:
-    """Return a URL redis-py accepts, or raise :class:`InvalidUrl` saying what to fix.
+    """Return a URL redis-py accepts, or raise :class:`InvalidUrl` saying what to fix; the
+    message shows the URL with its password redacted (:func:`redact_url`).
 
-    ``valkey://`` and ``valkeys://`` are accepted as aliases of ``redis://`` and ``rediss://``.
+    ``valkey://`` and ``valkeys://`` are accepted as aliases of ``redis://`` and ``rediss://``;
+    ``rediss://`` takes TLS options as query arguments (``?ssl_ca_certs=/path/ca.crt``).
     """
     if not isinstance(url, str) or not url:
         raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
-    parsed = urlparse(url)
+    shown = redact_url(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError as exc:
+        raise InvalidUrl(f"server URL {shown!r} cannot be parsed: {exc}") from None
     if parsed.scheme not in URL_SCHEMES:
         raise InvalidUrl(
-            f"server URL {url!r} has scheme {parsed.scheme!r}; use one of "
+            f"server URL {shown!r} has scheme {parsed.scheme!r}; use one of "
             + ", ".join(f"{s}://" for s in URL_SCHEMES)
         )
     if parsed.scheme == "unix":
         if not parsed.path:
-            raise InvalidUrl(f"unix URL {url!r} has no socket path; e.g. unix:///tmp/valkey.sock")
+            raise InvalidUrl(f"unix URL {shown!r} has no socket path; e.g. unix:///tmp/valkey.sock")
         return url
     try:
         port = parsed.port
-    except ValueError as exc:
-        raise InvalidUrl(f"server URL {url!r} has a bad port: {exc}") from None
+    except ValueError:  # its text may be a misplaced password: not echoed
+        raise InvalidUrl(
+            f"server URL {shown!r} has a bad port: expected an integer within 1-65535"
+        ) from None
     if not parsed.hostname:
-        raise InvalidUrl(f"server URL {url!r} has no host; e.g. redis://127.0.0.1:6379/0")
+        raise InvalidUrl(f"server URL {shown!r} has no host; e.g. redis://127.0.0.1:6379/0")
     if port is not None and not 0 < port < 65536:
-        raise InvalidUrl(f"server URL {url!r} has port {port} outside 1-65535")
+        raise InvalidUrl(f"server URL {shown!r} has port {port} outside 1-65535")
     if parsed.scheme.startswith("valkey"):
         url = "redis" + url[len("valkey") :]
     return url

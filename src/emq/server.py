@@ -4,21 +4,32 @@ Data lives under ``./.emq/`` by default, persisted with AOF (``appendfsync every
 server listens on loopback only. :meth:`EmbeddedServer.start` reuses a server that is already
 running from the same directory. Every failure (no binary, port taken, stale pid file, a
 server that does not answer) raises :class:`~emq.errors.ServerError` with what to do next.
+
+Private to its owner: the data directory is 0700 and every file in it 0600 (the server runs
+under umask 077, so AOF files it writes later are 0600 too; :meth:`EmbeddedServer.start`
+tightens a directory left open by an older emq). The server requires a password, generated at
+first start (``secrets.token_urlsafe``) and kept in ``<data dir>/password`` (0600); it reaches
+the server on its standard input, never on a command line. :meth:`EmbeddedServer.url` and
+:meth:`~EmbeddedServer.start` return a URL that carries it; :class:`Status` shows it redacted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
+from .config import redact_url
 from .errors import ServerError
 
 DEFAULT_DIR = Path(".emq")
@@ -72,14 +83,72 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def _pings(port: int) -> bool:
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1)
+def _pings(port: int, password: str | None) -> bool:
+    """True if the server on ``port`` answers PING after authenticating with ``password``."""
+    client = redis.Redis(
+        host="127.0.0.1",
+        port=port,
+        password=password,
+        protocol=2,  # AUTH then PING: a server with no password refuses AUTH, so it fails here
+        socket_timeout=1,
+        socket_connect_timeout=1,
+    )
     try:
         return bool(client.ping())
     except redis.RedisError:
         return False
     finally:
         client.close()
+
+
+def _open_to_anyone(port: int) -> bool:
+    """True if the server on ``port`` answers PING with no password (started by an older emq)."""
+    return _pings(port, None)
+
+
+def _require_password(port: int, password: str) -> None:
+    """Close a running server that has no password: from now on it requires ``password``."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.config_set("requirepass", password)
+    except redis.RedisError as exc:
+        raise ServerError(f"could not set a password on the server on port {port}: {exc}") from None
+    finally:
+        client.close()
+
+
+PASSWORD_CHARS = re.compile(r"[A-Za-z0-9._~-]{16,512}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in a file only its owner can read (0600), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def make_private(data_dir: Path) -> None:
+    """Create ``data_dir`` (0700) or tighten it: the directory and every directory below it
+    0700, every file 0600. Symbolic links are left alone and not followed."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.chmod(data_dir, 0o700)
+        for root, dirs, files in os.walk(data_dir):
+            for name, mode in [(d, 0o700) for d in dirs] + [(f, 0o600) for f in files]:
+                path = os.path.join(root, name)
+                try:
+                    st = os.lstat(path)
+                    if not os.path.islink(path) and st.st_mode & 0o777 != mode:
+                        os.chmod(path, mode)
+                except FileNotFoundError:
+                    continue  # removed meanwhile (the server rewrites its AOF)
+    except OSError as exc:
+        raise ServerError(f"could not make {data_dir} private to its owner: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +181,7 @@ class EmbeddedServer:
         self.state_file = self.data_dir / "server.json"
         self.pid_file = self.data_dir / "server.pid"
         self.log_file = self.data_dir / "server.log"
+        self.password_file = self.data_dir / "password"
 
     @property
     def binary(self) -> Path:
@@ -124,36 +194,70 @@ class EmbeddedServer:
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 
+    def _password(self) -> str | None:
+        """The password in ``password_file``, None if there is none yet."""
+        try:
+            text = self.password_file.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ServerError(f"cannot read {self.password_file}: {exc}") from None
+        if not PASSWORD_CHARS.fullmatch(text):
+            raise ServerError(
+                f"{self.password_file} does not hold a password (16-512 characters from "
+                "A-Z a-z 0-9 . _ ~ -); delete it and restart the server to generate a new one"
+            )
+        return text
+
+    def _new_password(self) -> str:
+        password = secrets.token_urlsafe(32)
+        _write_private(self.password_file, password + "\n")
+        return password
+
+    def _url(self, port: int, password: str | None) -> str:
+        auth = f":{quote(password, safe='')}@" if password else ""
+        return f"redis://{auth}127.0.0.1:{port}/0"
+
     def status(self) -> Status:
+        """Whether the server runs; ``url`` is shown with its password redacted."""
         state = self._state()
         if not state:
             return Status(False, None, None, str(self.data_dir), "not started")
         port, pid = state["port"], state["pid"]
-        url = f"redis://127.0.0.1:{port}/0"
-        if pid and _alive(pid) and _pings(port):
+        password = self._password()
+        url = redact_url(self._url(port, password))
+        if pid and _alive(pid) and _pings(port, password):
             return Status(True, url, pid, str(self.data_dir), "running")
         if pid and _alive(pid):
-            return Status(False, url, pid, str(self.data_dir), f"pid {pid} does not answer")
+            note = f"pid {pid} does not answer PING with the password in {self.password_file}"
+            return Status(False, url, pid, str(self.data_dir), note)
         note = "stopped (stale pid file: its process is gone)" if pid else "stopped"
         return Status(False, url, None, str(self.data_dir), note)
 
     def url(self) -> str:
+        """The running server's URL, password included (keep it out of logs)."""
         st = self.status()
-        if not st.running or st.url is None:
+        if not st.running:
             raise ServerError(f"the embedded server in {self.data_dir} is not running: {st.note}")
-        return st.url
+        return self._url(self._state()["port"], self._password())
 
     def start(self) -> str:
-        """Start (or reuse) the server; returns its URL."""
+        """Start (or reuse) the server; returns its URL, password included. Makes the data
+        directory private first; a running server that an older emq left open to anyone gets
+        its password set on the spot."""
+        make_private(self.data_dir)
+        password = self._password() or self._new_password()
+        state = self._state()
+        if state.get("pid") and _alive(state["pid"]) and _open_to_anyone(state["port"]):
+            _require_password(state["port"], password)
         st = self.status()
-        if st.running and st.url:
-            return st.url
+        if st.running:
+            return self.url()
         if st.pid is not None:
             raise ServerError(
                 f"process {st.pid} holds {self.data_dir} but does not answer PING; stop it "
                 f"(kill {st.pid}) or remove {self.state_file}"
             )
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pid_file.unlink(missing_ok=True)  # stale: its process is gone
         port = self.port or self._state().get("port") or free_port()
         if _port_in_use(port):
@@ -165,6 +269,7 @@ class EmbeddedServer:
         binary = self.binary
         args = [
             str(binary),
+            "-",  # the rest of the configuration (the password) is read from stdin
             "--port", str(port),
             "--bind", "127.0.0.1",
             "--dir", str(self.data_dir),
@@ -177,15 +282,22 @@ class EmbeddedServer:
             "--protected-mode", "yes",
         ]  # fmt: skip
         try:
-            subprocess.run(args, check=True, capture_output=True, timeout=START_TIMEOUT_S)
+            subprocess.run(
+                args,
+                input=f"requirepass {password}\n".encode(),
+                umask=0o077,  # every file the server writes (AOF, log, pid) is 0600
+                check=True,
+                capture_output=True,
+                timeout=START_TIMEOUT_S,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             raise ServerError(f"could not run {binary}: {exc}; see {self.log_file}") from None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             pid = self._read_pid()
-            if pid and _pings(port):
-                self.state_file.write_text(json.dumps({"port": port, "pid": pid}))
-                return f"redis://127.0.0.1:{port}/0"
+            if pid and _pings(port, password):
+                _write_private(self.state_file, json.dumps({"port": port, "pid": pid}))
+                return self._url(port, password)
             time.sleep(0.02)
         raise ServerError(f"{binary.name} did not answer on port {port}: {self._log_tail()}")
 
@@ -208,7 +320,7 @@ class EmbeddedServer:
     def _forget_pid(self, state: dict[str, int]) -> None:
         """Keep the port (a restart reuses it, so URLs stay valid); drop the pid."""
         if state:
-            self.state_file.write_text(json.dumps({"port": state["port"], "pid": 0}))
+            _write_private(self.state_file, json.dumps({"port": state["port"], "pid": 0}))
 
     def _read_pid(self) -> int | None:
         try:

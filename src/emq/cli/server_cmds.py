@@ -1,4 +1,9 @@
-"""``emq server start|stop|status|url``: the embedded Valkey under ./.emq."""
+"""``emq server start|stop|status|url``: the embedded Valkey under ./.emq.
+
+The server requires a password (kept in ``<dir>/password``, 0600). ``emq server url`` is the one
+command that prints it, inside the URL (that is its job: ``export EMQ_URL=$(emq server url)``);
+``start`` and ``status`` show the URL with the password redacted.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from dataclasses import asdict
 
 import click
 
+from ..config import redact_url
 from ..server import EmbeddedServer
 from .common import console, emit_json, handle_errors, json_option
 
@@ -31,13 +37,18 @@ def server() -> None:
 @json_option
 @handle_errors
 def start(data_dir: str | None, as_json: bool) -> None:
-    """Start the embedded server, or reuse the one already running."""
+    """Start the embedded server, or reuse the one already running (URL shown redacted)."""
     srv = _server(data_dir)
-    url = srv.start()
+    url = redact_url(srv.start())
     if as_json:
         emit_json({"url": url, "data_dir": str(srv.data_dir)})
     else:
-        console.print(f"embedded Valkey running at [bold]{url}[/bold] (data in {srv.data_dir})")
+        console.print(
+            f"embedded Valkey running at {url} (data in {srv.data_dir}); "
+            "'emq server url' prints the URL with its password",
+            markup=False,
+            highlight=False,
+        )
 
 
 @server.command()
@@ -63,7 +74,8 @@ def status(data_dir: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(asdict(st))
     else:
-        console.print(f"{st.note}" + (f" at {st.url} (pid {st.pid})" if st.running else ""))
+        shown = st.note + (f" at {st.url} (pid {st.pid})" if st.running else "")
+        console.print(shown, markup=False, highlight=False)
     if not st.running:
         sys.exit(1)
 
@@ -73,7 +85,7 @@ def status(data_dir: str | None, as_json: bool) -> None:
 @json_option
 @handle_errors
 def url(data_dir: str | None, as_json: bool) -> None:
-    """Print the embedded server's URL (for EMQ_URL)."""
+    """Print the embedded server's URL, password included (for EMQ_URL)."""
     found = _server(data_dir).url()
     if as_json:
         emit_json({"url": found})
