@@ -34,7 +34,8 @@ def test_archive_run_status_history_ship_restore(
     assert st["floor_rows"] == 13 and st["lag"] == 0 and st["stream_length"] == 1
     assert "watermark" in _run("archive", "status", q, "--floor", floor, *u)
 
-    story = json.loads(_run("history", q, job, "--floor", floor, "--json", *u))
+    out = _run("history", q, job, "--floor", floor, "--json", *u)
+    story = [json.loads(line) for line in out.splitlines()]  # one object per line
     assert [e["event"] for e in story] == ["enqueued", "claimed", "dead"]
     assert story[-1]["fields"]["error"] == "no data"
     assert "dead" in _run("history", q, job, "--floor", floor, *u)
@@ -47,8 +48,8 @@ def test_archive_run_status_history_ship_restore(
     r = json.loads(_run("archive", "restore", q, "--from", bucket, "--floor", str(restored),
                         "--json"))  # fmt: skip
     assert r["events"] == 13 and r["watermark"] == st["watermark"]
-    again = json.loads(_run("history", q, job, "--floor", str(restored), "--json", *u))
-    assert again == story
+    again = _run("history", q, job, "--floor", str(restored), "--json", *u)
+    assert [json.loads(line) for line in again.splitlines()] == story
 
     _run("archive", "release", q, "--floor", floor, *u)
     assert not client.exists(queue.core.keys.events_archived)

@@ -12,15 +12,27 @@ from types import FrameType
 from typing import Any, cast
 
 import click
-from rich.table import Table
 
 from ..archive import Archive, Floor, Target, Totals, default_path, open_target, restore, ship
+from ..errors import InvalidOption
 from ..events import Event
-from .common import console, emit_json, handle_errors, json_option, open_queue, url_option
+from .common import emit_json, json_option, one_line, open_queue, row, say, show, table, url_option
 
 
 def _floor_path(queue: str, floor: str | None) -> Path:
-    return Path(floor) if floor else default_path(queue, os.environ.get("EMQ_HOME", ".emq"))
+    """``--floor`` (whose directory must exist: a typo is refused, not created), else
+    ``$EMQ_HOME/floor/QUEUE.sqlite3`` (created as needed)."""
+    if not floor:
+        return default_path(queue, os.environ.get("EMQ_HOME", ".emq"))
+    path = Path(floor)
+    if path.is_dir():
+        raise InvalidOption(f"cannot open the floor {floor!r}: it is a directory, not a file")
+    if not path.parent.is_dir():
+        raise InvalidOption(
+            f"cannot open the floor {floor!r}: {str(path.parent)!r} is not an existing "
+            "directory (emq creates no directory for an explicit --floor; create it first)"
+        )
+    return path
 
 
 def floor_option(f: Any) -> Any:
@@ -29,6 +41,16 @@ def floor_option(f: Any) -> Any:
         default=None,
         metavar="PATH",
         help="The SQLite floor (default: $EMQ_HOME/floor/QUEUE.sqlite3, EMQ_HOME=.emq).",
+    )(f)
+
+
+def segment_option(f: Any) -> Any:
+    return click.option(
+        "--segment-size",
+        type=int,
+        default=10_000,
+        show_default=True,
+        help="Events per shipped segment.",
     )(f)
 
 
@@ -41,17 +63,30 @@ def endpoint_option(f: Any) -> Any:
     )(f)
 
 
-def _line(e: Event) -> str:
+def traceback_option(f: Any) -> Any:
+    return click.option(
+        "--traceback",
+        "full",
+        is_flag=True,
+        help="Print multi-line values (an error's traceback) in full, after their event.",
+    )(f)
+
+
+def _line(e: Event, full: bool = False) -> str:
+    """One line per event; a multi-line value (a traceback) is cut to one line, or with
+    ``full`` printed whole on the lines below the event."""
     when = datetime.fromtimestamp(e.time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    rest = " ".join(f"{k}={v}" for k, v in e.fields.items())
-    return f"{e.id:<22} {when}  {e.event:<10} {e.job or '-':<14} {rest}".rstrip()
+    rest = " ".join(f"{k}={one_line(str(v))}" for k, v in e.fields.items())
+    head = f"{e.id:<22} {when}  {e.event:<10} {e.job or '-':<14} {rest}".rstrip()
+    long = [f"  {k}:\n{v}".rstrip() for k, v in e.fields.items() if "\n" in str(v).strip()]
+    return "\n".join([head, *long]) if full else head
 
 
-def _print(e: Event, as_json: bool) -> None:
+def _print(e: Event, as_json: bool, full: bool = False) -> None:
     if as_json:
         emit_json(e.to_dict())
     else:
-        click.echo(_line(e))
+        click.echo(_line(e, full))
 
 
 @click.group()
@@ -64,22 +99,23 @@ def events() -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new events (XREAD BLOCK).")
 @click.option("--last", "-n", type=int, default=20, show_default=True, help="Start this many back.")
 @click.option("--after", default=None, metavar="ID", help="Start above this stream id instead.")
+@traceback_option
 @url_option
 @json_option
-@handle_errors
 def tail(
-    queue: str, follow: bool, last: int, after: str | None, url: str | None, as_json: bool
-) -> None:
+    queue: str, follow: bool, last: int, after: str | None, full: bool, url: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Print QUEUE's live events (one line each, or JSON lines with --json)."""
     q = open_queue(url, queue)
     try:
         if after is None:
             recent = cast(list[Any], q.client.xrevrange(q.core.keys.events, count=max(last, 1)))
             for i, f in reversed(recent[:last] if last > 0 else []):
-                _print(Event.from_entry(i, f), as_json)
+                _print(Event.from_entry(i, f), as_json, full)
             after = str(recent[0][0]) if recent else "0-0"
         for e in q.events(after, follow=follow):
-            _print(e, as_json)
+            _print(e, as_json, full)
     except KeyboardInterrupt:
         pass
     finally:
@@ -104,11 +140,10 @@ def _target(spec: str, endpoint_url: str | None) -> Target:
 @click.option(
     "--ship", "ship_to", default=None, metavar="TARGET", help="s3://bucket/prefix or DIR."
 )
-@click.option("--segment-size", type=int, default=10_000, show_default=True)
+@segment_option
 @endpoint_option
 @url_option
 @json_option
-@handle_errors
 def run(
     queue: str, floor: str | None, every: float, once: bool, batch: int, ship_to: str | None,
     segment_size: int, endpoint_url: str | None, url: str | None, as_json: bool,
@@ -131,14 +166,13 @@ def run(
             emit_json(out | ({"shipped": shipped.shipped} if shipped else {}))
         elif t.read or t.trimmed or (shipped and shipped.shipped) or t.gaps:
             extra = f", shipped {shipped.shipped} segment(s)" if shipped else ""
-            console.print(
+            say(
                 f"folded {t.folded} (read {t.read}), trimmed {t.trimmed}, "
-                f"W={a.floor.watermark()}{extra}",
-                highlight=False,
+                f"W={a.floor.watermark()}{extra}"
             )
         for w, first in t.gaps:
             gap = f"events between {w} and {first} were trimmed before this floor folded them"
-            console.print(f"[yellow]gap:[/yellow] {gap}", highlight=False)
+            say(("gap:", "yellow"), " ", gap)
 
     stop = threading.Event()
     if once:
@@ -155,7 +189,7 @@ def run(
 
     signal.signal(signal.SIGTERM, on_term)
     if not as_json:
-        console.print(f"archiving {queue} into {a.floor.path} every {every}s (Ctrl-C stops)")
+        say(f"archiving {queue} into {a.floor.path} every {every}s (Ctrl-C stops)")
     try:
         a.run(every, stop, report)
     except KeyboardInterrupt:
@@ -170,7 +204,6 @@ def run(
 @floor_option
 @url_option
 @json_option
-@handle_errors
 def status(queue: str, floor: str | None, url: str | None, as_json: bool) -> None:
     """W, the cached W, lag, rows in the floor, stream length."""
     q = open_queue(url, queue)
@@ -183,21 +216,20 @@ def status(queue: str, floor: str | None, url: str | None, as_json: bool) -> Non
     if as_json:
         emit_json(st)
         return
-    table = Table(title=f"archive of {queue}", show_header=False)
+    t = table(f"archive of {queue}", "field", "value", show_header=False)
     for k, v in st.items():
-        table.add_row(k, "-" if v is None else str(v))
-    console.print(table)
+        row(t, k, "-" if v is None else v)
+    show(t)
 
 
 @archive.command("ship")
 @click.argument("queue")
 @click.option("--to", "to", required=True, metavar="TARGET", help="s3://bucket/prefix or DIR.")
 @click.option("--flush", is_flag=True, help="Also close the last, partial segment.")
-@click.option("--segment-size", type=int, default=10_000, show_default=True)
+@segment_option
 @floor_option
 @endpoint_option
 @json_option
-@handle_errors
 def ship_cmd(
     queue: str, to: str, flush: bool, segment_size: int, floor: str | None,
     endpoint_url: str | None, as_json: bool,
@@ -208,7 +240,7 @@ def ship_cmd(
     if as_json:
         emit_json({"closed": r.closed, "shipped": r.shipped, "events": r.events})
     else:
-        console.print(f"closed {r.closed}, shipped {r.shipped} segment(s), {r.events} events")
+        say(f"closed {r.closed}, shipped {r.shipped} segment(s), {r.events} events")
 
 
 @archive.command("restore")
@@ -217,7 +249,6 @@ def ship_cmd(
 @floor_option
 @endpoint_option
 @json_option
-@handle_errors
 def restore_cmd(
     queue: str, source: str, floor: str | None, endpoint_url: str | None, as_json: bool
 ) -> None:
@@ -228,16 +259,13 @@ def restore_cmd(
     if as_json:
         emit_json({"segments": r.segments, "events": r.events, "watermark": r.watermark})
     else:
-        console.print(
-            f"restored {r.segments} segment(s), {r.events} events into {path}; W={r.watermark}"
-        )
+        say(f"restored {r.segments} segment(s), {r.events} events into {path}; W={r.watermark}")
 
 
 @archive.command("release")
 @click.argument("queue")
 @floor_option
 @url_option
-@handle_errors
 def release(queue: str, floor: str | None, url: str | None) -> None:
     """Stop archiving QUEUE: delete events:archived so the scripts cap the stream again."""
     q = open_queue(url, queue)
@@ -247,31 +275,31 @@ def release(queue: str, floor: str | None, url: str | None) -> None:
     finally:
         a.close()
         q.close()
-    console.print(f"retention of {queue}'s events is back with the scripts (MAXLEN cap)")
+    say(f"retention of {queue}'s events is back with the scripts (MAXLEN cap)")
 
 
 @click.command("history")
 @click.argument("queue")
 @click.argument("job_id")
 @floor_option
+@traceback_option
 @url_option
 @json_option
-@handle_errors
-def history(queue: str, job_id: str, floor: str | None, url: str | None, as_json: bool) -> None:
-    """Every event of JOB_ID: the floor and the live stream merged, in order."""
+def history(
+    queue: str, job_id: str, floor: str | None, full: bool, url: str | None, as_json: bool
+) -> None:
+    """Every event of JOB_ID: the floor and the live stream merged, in order (one line
+    each, or one JSON object per line with --json)."""
     path = _floor_path(queue, floor)
     q = open_queue(url, queue)
     try:
         found = q.history(job_id, floor=path if floor or path.exists() else None)
     finally:
         q.close()
-    if as_json:
-        emit_json([e.to_dict() for e in found])
-        return
-    if not found:
-        console.print(f"no events of {job_id} in {queue}")
+    if not found and not as_json:
+        say(f"no events of {job_id} in {queue}")
     for e in found:
-        _print(e, False)
+        _print(e, as_json, full)
 
 
 def register(cli: click.Group) -> None:

@@ -1,36 +1,101 @@
-"""What every command shares: resolving the server URL, opening a queue, printing."""
+"""What every command shares: resolving the server URL, opening a queue, printing.
+
+Printing guarantee: nothing that comes from a user, a job or a server is ever read as Rich
+markup or as an emoji code. Commands print through :func:`say` and :func:`show`, whose plain
+``str`` parts are literal text; only ``(text, style)`` pairs written in the code are styled.
+Output is never wrapped by Rich (a terminal wraps long lines itself; a pipe or a file gets
+each line whole), and a table is printed at its natural width when stdout is not a terminal.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import sys
+import re
+import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import click
 import redis
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 
 from ..config import check_url
-from ..errors import EmqError
+from ..errors import EmqError, ServerUnreachable
 from ..queue import Queue
 from ..server import EmbeddedServer
+from ..shell import UNREACHABLE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+URL_KEY = "emq.url"  # click's ctx.meta key: the server URL the command resolved
+MAX_VALUE_CHARS = 80
+CONNECT_TIMEOUT_S = 5.0
+SOCKET_TIMEOUT_S = 30.0  # above the 5 s XREAD BLOCK of `events tail -f`
 
 
-def resolve_url(url: str | None) -> str:
-    """``--url``, else ``EMQ_URL``, else the embedded server (started if needed)."""
-    chosen = url or os.environ.get("EMQ_URL")
-    if chosen:
-        return check_url(chosen)
-    data_dir = os.environ.get("EMQ_HOME", ".emq")
-    return EmbeddedServer(data_dir).start()
+# -- the server --------------------------------------------------------------------------
+
+
+def embedded_home(url: str | None) -> str | None:
+    """The embedded server's data directory when neither ``--url`` nor ``EMQ_URL`` is given."""
+    if url or os.environ.get("EMQ_URL"):
+        return None
+    return os.environ.get("EMQ_HOME", ".emq")
+
+
+def resolve_url(url: str | None, code_default: str | None = None) -> str:
+    """``--url``, else ``EMQ_URL``, else ``code_default`` (a URL set in the user's code),
+    else the embedded server (started if needed): the command line wins over code. The URL
+    is remembered for the command's error line (password redacted)."""
+    home = embedded_home(url)
+    if home is None:
+        chosen = check_url(url or os.environ["EMQ_URL"])
+    else:
+        chosen = check_url(code_default) if code_default else EmbeddedServer(home).start()
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[URL_KEY] = chosen
+    return chosen
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    try:
+        parsed = urlparse(url)
+        password = parsed.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    user = parsed.username or ""
+    host = parsed.netloc.rpartition("@")[2]
+    return parsed._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for an already resolved URL, with bounded connect and read timeouts (a port
+    that accepts and never answers gives an error, not a hang)."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=SOCKET_TIMEOUT_S,
+    )
+
+
+def open_queue(url: str | None, name: str) -> Queue:
+    return Queue(connect(resolve_url(url)), name)
+
+
+# -- options -----------------------------------------------------------------------------
 
 
 def url_option(f: F) -> F:
@@ -43,29 +108,154 @@ def url_option(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
 
 
-def open_queue(url: str | None, name: str) -> Queue:
-    return Queue.from_url(resolve_url(url), name)
+# -- printing ----------------------------------------------------------------------------
 
 
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, default=str))
 
 
-def handle_errors(f: F) -> F:
-    """Turn emq's errors into one clear line on stderr and exit code 2, not a traceback."""
+def line(*parts: object) -> Text:
+    """One line of output: every part is literal text (``str(part)``: never markup, never
+    an emoji code), except a ``(text, style)`` pair, which is styled, and a :class:`Text`."""
+    out = Text()
+    for part in parts:
+        if isinstance(part, Text):
+            out.append_text(part)
+        elif isinstance(part, tuple) and len(part) == 2:
+            out.append(str(part[0]), style=str(part[1]))
+        else:
+            out.append(str(part))
+    return out
 
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+
+def say(*parts: object, err: bool = False) -> None:
+    """Print :func:`line` of ``parts`` on stdout (or stderr)."""
+    (err_console if err else console).print(line(*parts))
+
+
+def error(message: str) -> None:
+    """``error: message`` on stderr, long values cut (see :func:`clip`)."""
+    say(("error:", "red"), " ", clip(message), err=True)
+
+
+def table(title: str, *columns: str, **options: Any) -> Table:
+    """A table whose title and headers are literal text; ``options`` go to :class:`Table`."""
+    t = Table(title=Text(title), **options)
+    for column in columns:
+        t.add_column(Text(column))
+    return t
+
+
+def row(t: Table, *cells: object) -> None:
+    """Add a row of literal cells (a :class:`Text` cell keeps its styles)."""
+    t.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
+
+
+def show(renderable: RenderableType, *, fit: bool = False) -> None:
+    """Print a table (or any renderable): squeezed to fit a terminal, at its natural width
+    when stdout is a pipe or a file, so no header or cell is cut (``fit``: always squeezed,
+    for a picture whose cells fold)."""
+    if fit or console.is_terminal:
+        console.print(renderable, soft_wrap=False)
+        return
+    width = console.width
+    wide = console.options.update_width(1_000_000)
+    console.width = max(width, Measurement.get(console, wide, renderable).maximum)
+    try:
+        console.print(renderable, soft_wrap=False)
+    finally:
+        console.width = width
+
+
+_LONG = re.compile(rf"\S{{{MAX_VALUE_CHARS + 1},}}")
+
+
+def clip(message: str, limit: int = MAX_VALUE_CHARS) -> str:
+    """``message`` with every run of more than ``limit`` non-space characters (a long name,
+    key, id or payload) cut to ``limit`` with an ellipsis and its full length, and at most
+    ten such runs' worth of text overall."""
+    cut = _LONG.sub(lambda m: f"{m[0][: limit - 1]}…({len(m[0])} chars)", message)
+    overall = 10 * limit
+    return cut if len(cut) <= overall else f"{cut[: overall - 1]}…"
+
+
+def one_line(value: str) -> str:
+    """A multi-line value (a traceback in ``error``) as one line: a traceback becomes its last
+    line (the exception) with how many lines were left out; other text keeps every line,
+    joined by `` ⏎ ``."""
+    lines = [ln for ln in value.splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return value.strip()
+    if lines[0].startswith("Traceback"):
+        return f"{lines[-1].strip()} (traceback: {len(lines)} lines)"
+    return " ⏎ ".join(ln.strip() for ln in lines)
+
+
+# -- failures ----------------------------------------------------------------------------
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in out and len(out) < 10:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
+
+
+def failure_line(exc: BaseException, url: str | None) -> str | None:
+    """The one line a command prints for ``exc``, or None when ``exc`` is a bug (which then
+    keeps its traceback). Covers emq's own errors, a server that cannot be reached, a port
+    that does not speak the Redis protocol, a server's error reply, and a file that cannot
+    be read or written."""
+    at = f" at {redact(url)}" if url else ""
+    chain = _causes(exc)
+    if any(isinstance(e, redis.exceptions.InvalidResponse) for e in chain):
+        return (
+            f"the server{at} does not answer as Valkey or Redis would (is it the right host "
+            f"and port?): {chain[-1]}"
+        )
+    auth = next((e for e in chain if isinstance(e, redis.exceptions.AuthenticationError)), None)
+    if auth is not None or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+        return f"the server{at} refused to let emq in (wrong or missing password?): {exc}"
+    if isinstance(exc, UNREACHABLE):
+        cause = exc.__cause__ if isinstance(exc, ServerUnreachable) and exc.__cause__ else exc
+        return f"cannot reach the server{at}: {cause}"
+    if isinstance(exc, EmqError):
+        return str(exc)
+    if isinstance(exc, redis.RedisError):
+        return f"the server{at} replied with an error: {exc}"
+    if isinstance(exc, OSError):
+        return str(exc)
+    if isinstance(exc, sqlite3.Error):
+        return f"the floor (SQLite) failed: {exc}"
+    return None
+
+
+class EmqGroup(click.Group):
+    """The ``emq`` group. Every command (and every sub-group) runs inside it, so this is the
+    one place that turns a refusal into ``error: <one line>`` on stderr and exit code 2,
+    instead of a traceback; long values in the line are cut (:func:`clip`)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            return f(*args, **kwargs)
-        except EmqError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-            sys.exit(2)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            err_console.print(f"[red]error:[/red] cannot reach the server: {exc}", highlight=False)
-            sys.exit(2)
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            vars(exc)["message"] = clip(exc.message)
+            raise
+        except Exception as exc:
+            message = failure_line(exc, ctx.meta.get(URL_KEY))
+            if message is None:
+                raise
+            error(message)
+            ctx.exit(2)
 
-    return wrapper  # type: ignore[return-value]
+
+def handle_errors(f: F) -> F:
+    """Kept for commands written before :class:`EmqGroup`; a no-op now that the group turns
+    every refusal into one line and exit 2."""
+    return f

@@ -26,11 +26,12 @@ import click
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import LeaseLost
 from ..queue import Queue
 from ..states import Location
-from .common import console, handle_errors, resolve_url, url_option
+from .common import console, embedded_home, emit_json, line, redact, resolve_url, say, url_option
 
 JOBS = 300
 WORKERS = 3
@@ -85,18 +86,19 @@ class Fleet:
         line = f"{self.now():5.1f}s  {text}"
         self.story.append(line)
         if not console.is_terminal:
-            console.print(line, highlight=False)
+            say(line)
 
     def spawn(self) -> Slot:
         label = f"w{len(self.slots) + 1}"
         log = self.tmp / f"{label}.log"
         args = [sys.executable, "-c", "from emq.cli.main import main; main()", "worker",
-                "emq.cli.demo:HANDLERS", "-q", self.queue, "--url", self.url,
+                "emq.cli.demo:HANDLERS", "-q", self.queue,
                 "--concurrency", str(CONCURRENCY), "--lease-ms", str(LEASE_MS),
                 "--stalled-interval-ms", str(STALLED_MS),
                 "--max-stalled", str(MAX_STALLED)]  # fmt: skip
+        env = {**os.environ, "EMQ_URL": self.url}  # not --url: any local user can read argv
         with log.open("wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env)
         slot = Slot(label, proc, log)
         self.slots.append(slot)
         return slot
@@ -166,22 +168,22 @@ def _view(fleet: Fleet, counts: dict[str, int], total: int) -> Group:
         workers.add_column(c)
     colour = {"running": "green", "stopped": "yellow", "resumed": "cyan", "killed": "red"}
     for s in fleet.slots:
-        state = f"[{colour.get(s.state, 'white')}]{s.state}[/]"
+        state = Text(s.state, style=colour.get(s.state, "white"))
         workers.add_row(s.label, str(s.proc.pid), state, str(len(s.lease_lost)))
     story = Table(title="what happened", show_header=False, box=None)
     story.add_column()
-    for line in fleet.story[-12:]:
-        story.add_row(line)
+    for said in fleet.story[-12:]:
+        story.add_row(Text(said))
     return Group(jobs, workers, story)
 
 
-def run_demo(url: str, name: str = "demo") -> bool:
-    """Run the story; returns True when every check passed (nothing lost)."""
+def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
+    """Run the story; returns the summary (``ok`` is True when every check passed)."""
     q = Queue.from_url(url, name)
     q.obliterate(force=True)
-    console.rule("[bold]emq demo[/bold]: workers crash, freeze and die; no job is lost")
-    console.print(f"server {url}, queue [bold]{name}[/bold], lease {LEASE_MS} ms, "
-                  f"sweep every {STALLED_MS} ms, max_stalled {MAX_STALLED}")  # fmt: skip
+    console.rule(line(("emq demo", "bold"), ": workers crash, freeze and die; no job is lost"))
+    say(f"server {redact(url)}, queue ", (name, "bold"), f", lease {LEASE_MS} ms, "
+        f"sweep every {STALLED_MS} ms, max_stalled {MAX_STALLED}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="emq-demo-") as tmp:
         fleet = Fleet(url, name, Path(tmp))
         q.enqueue_many([("resize", {"image": i, "ms": 100 + (i * 37) % 200}) for i in range(JOBS)])
@@ -226,13 +228,13 @@ def run_demo(url: str, name: str = "demo") -> bool:
             fleet.stop_all()
             counts = q.counts()
             live.update(_view(fleet, counts, total))
-        ok = _summary(q, fleet, counts, total, poison_id, frozen)
+        summary = _summary(q, fleet, counts, total, poison_id, frozen)
     q.close()
-    return ok
+    return summary
 
 
 def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_id: str,
-             frozen: Slot | None) -> bool:  # fmt: skip
+             frozen: Slot | None) -> dict[str, Any]:  # fmt: skip
     places: dict[str, int] = {}
     for loc in Location:
         for job_id in q.client.zrange(q.core.keys.location(loc.value), 0, -1):
@@ -263,26 +265,47 @@ def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_
     console.print()
     console.rule("summary")
     for label, good in checks.items():
-        console.print(("[green]ok  [/green] " if good else "[red]FAIL[/red] ") + label)
+        say(("ok  ", "green") if good else ("FAIL", "red"), " ", label)
     others = [j for j in q.jobs("dead", 0, 1000) if j.id != poison_id]
     if others:
-        console.print(
+        say(
             f"note {len(others)} other job(s) dead-lettered with last_error="
             f"{others[0].last_error}: each was held by two of the workers that were killed or "
             f"frozen, so it stalled {MAX_STALLED} times (max_stalled). They are in dead, not "
-            "lost: `emq dead demo redrive` puts them back.",
-            highlight=False,
+            "lost: `emq dead demo redrive` puts them back."
         )
-    return all(checks.values())
+    return {
+        "ok": all(checks.values()),
+        "checks": [{"check": label, "ok": good} for label, good in checks.items()],
+        "counts": counts,
+        "other_dead": [j.id for j in others],
+    }
 
 
 @click.command()
 @url_option
-@handle_errors
-def demo(url: str | None) -> None:
-    """Crash, freeze and poison workers on the embedded server (or --url); lose nothing."""
-    ok = run_demo(resolve_url(url))
-    sys.exit(0 if ok else 1)
+@click.option("--json", "as_json", is_flag=True, help="Print only a final JSON summary.")
+def demo(url: str | None, as_json: bool) -> None:
+    """Crash, freeze and poison workers on the embedded server (or --url); lose nothing.
+
+    Exits 0 when nothing was lost, 1 otherwise. The embedded server is left running (the
+    queue `demo` stays there to look at); `emq server stop` stops it."""
+    home = embedded_home(url)
+    resolved = resolve_url(url)
+    console.quiet = as_json
+    try:
+        summary = run_demo(resolved)
+    finally:
+        console.quiet = False
+    server = {"url": redact(resolved), "embedded": home is not None, "left_running": True}
+    if as_json:
+        emit_json(summary | {"server": server})
+    elif home is not None:
+        say(
+            f"the embedded server is still running at {redact(resolved)} (data in {home}), "
+            "with the demo queue to look at (`emq stats demo`); stop it: `emq server stop`"
+        )
+    sys.exit(0 if summary["ok"] else 1)
 
 
 def register(group: click.Group) -> None:

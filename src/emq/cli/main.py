@@ -6,9 +6,10 @@ import click
 
 from .. import __version__
 from . import archive_cmds, demo, queue_cmds, race, server_cmds, worker_cmd
+from .common import EmqGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=EmqGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="emq")
 def cli() -> None:
     """emq: a reliable job queue on Valkey and Redis."""

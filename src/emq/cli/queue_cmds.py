@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,18 +14,26 @@ from rich.table import Table
 
 from ..errors import InvalidPayload
 from ..records import Job
-from ..states import Location
+from ..states import STATE_OF_LOCATION, Location
 from .common import (
-    console,
+    connect,
     emit_json,
-    handle_errors,
     json_option,
+    one_line,
     open_queue,
     resolve_url,
+    row,
+    say,
+    show,
+    table,
     url_option,
 )
 
 _QUEUE_OF_KEY = re.compile(r"^emq:\{([A-Za-z0-9._-]+)\}:")
+# `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
+LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in Location} | {
+    loc.value: loc for loc in Location
+}
 
 
 def _job_dict(job: Job) -> dict[str, Any]:
@@ -33,12 +43,32 @@ def _job_dict(job: Job) -> dict[str, Any]:
 
 
 def _jobs_table(title: str, jobs: list[Job]) -> Table:
-    table = Table(title=title)
-    for col in ("id", "name", "state", "attempts", "stalled", "last_error"):
-        table.add_column(col)
+    t = table(title, "id", "name", "state", "attempts", "stalled", "last_error")
     for j in jobs:
-        table.add_row(j.id, j.name, j.state, str(j.attempts), str(j.stalled), j.last_error or "")
-    return table
+        row(t, j.id, j.name, j.state, j.attempts, j.stalled, one_line(j.last_error or ""))
+    return t
+
+
+def read_payload(arg: str) -> Any:
+    """PAYLOAD as JSON text, ``-`` (read stdin) or ``@PATH`` (read a file); UTF-8."""
+    source = "PAYLOAD"
+    try:
+        if arg == "-":
+            source = "stdin"
+            text = sys.stdin.buffer.read().decode("utf-8")
+        elif arg.startswith("@"):
+            source = f"payload file {arg[1:]!r}"
+            text = Path(arg[1:]).read_bytes().decode("utf-8")
+        else:
+            text = arg
+    except OSError as exc:
+        raise InvalidPayload(f"cannot read {source}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidPayload(f"{source} is not UTF-8 text: {exc.reason}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidPayload(f"{source} is not valid JSON: {exc}") from None
 
 
 @click.command()
@@ -51,16 +81,14 @@ def _jobs_table(title: str, jobs: list[Job]) -> Table:
 @click.option("--key", default=None, help="Dedup key: one live job per key.")
 @url_option
 @json_option
-@handle_errors
 def enqueue(
     queue: str, name: str, payload: str, delay_ms: int, priority: int,
     max_attempts: int | None, key: str | None, url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
-    """Enqueue job NAME with a JSON PAYLOAD on QUEUE."""
-    try:
-        data = json.loads(payload)
-    except ValueError as exc:
-        raise InvalidPayload(f"PAYLOAD is not valid JSON: {exc}") from None
+    """Enqueue job NAME with a JSON PAYLOAD on QUEUE.
+
+    PAYLOAD is JSON text (default null), - to read it from stdin, or @PATH to read a file."""
+    data = read_payload(payload)
     with open_queue(url, queue) as q:
         job_id = q.enqueue(
             name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key
@@ -68,7 +96,7 @@ def enqueue(
     if as_json:
         emit_json({"id": job_id, "created": job_id.created})
     else:
-        console.print(f"{job_id}" + ("" if job_id.created else " (already there: not re-created)"))
+        say(job_id, "" if job_id.created else " (already there: not re-created)")
 
 
 @click.command()
@@ -83,7 +111,6 @@ def enqueue(
 @click.option("--limit", type=int, default=100, show_default=True, help="Leases per script call.")
 @url_option
 @json_option
-@handle_errors
 def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bool) -> None:
     """Recover expired leases on QUEUE (to pending, or dead past --max-stalled)."""
     with open_queue(url, queue) as q:
@@ -91,23 +118,20 @@ def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bo
     if as_json:
         emit_json({"recovered": r.recovered, "dead": r.dead})
     else:
-        console.print(f"recovered {len(r.recovered)}, dead-lettered {len(r.dead)}")
+        say(f"recovered {len(r.recovered)}, dead-lettered {len(r.dead)}")
 
 
 @click.command()
 @click.argument("queue", required=False)
 @url_option
 @json_option
-@handle_errors
 def stats(queue: str | None, url: str | None, as_json: bool) -> None:
     """Counts per location for QUEUE, or for every queue on the server."""
-    import redis
-
     resolved = resolve_url(url)
     if queue:
         names = [queue]
     else:
-        client = redis.Redis.from_url(resolved, decode_responses=True)
+        client = connect(resolved)
         names = sorted(
             {
                 m[1]
@@ -123,34 +147,36 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(result[queue] if queue else result)
         return
-    table = Table(title="emq queues")
     cols = ["pending", "active", "schedule", "dead", "completed", "failed", "recovered"]
-    table.add_column("queue")
+    t = table("emq queues", "queue")
     for c in cols:
-        table.add_column(c, justify="right")
+        t.add_column(c, justify="right")
     for name, counts in result.items():
-        table.add_row(name, *(str(counts[c]) for c in cols))
-    console.print(table)
+        row(t, name, *(counts[c] for c in cols))
+    show(t)
 
 
 @click.command()
 @click.argument("queue")
-@click.argument("location", type=click.Choice([loc.value for loc in Location]))
-@click.option("--offset", type=int, default=0)
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.argument("location", metavar="STATE", type=click.Choice(list(LOCATIONS)))
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many first.")
+@click.option("--limit", type=int, default=50, show_default=True, help="List at most this many.")
 @url_option
 @json_option
-@handle_errors
 def jobs(
     queue: str, location: str, offset: int, limit: int, url: str | None, as_json: bool
 ) -> None:
-    """List the jobs in one LOCATION of QUEUE, in the set's order."""
+    """List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's order.
+
+    \b
+    `schedule`, the name of the scheduled jobs' set, is accepted too."""
+    where = LOCATIONS[location]
     with open_queue(url, queue) as q:
-        found = q.jobs(location, offset, limit)
+        found = q.jobs(where.value, offset, limit)
     if as_json:
         emit_json({"jobs": [_job_dict(j) for j in found]})
     else:
-        console.print(_jobs_table(f"{queue} / {location}", found))
+        show(_jobs_table(f"{queue} / {STATE_OF_LOCATION[where].value}", found))
 
 
 @click.command()
@@ -158,7 +184,6 @@ def jobs(
 @click.argument("job_id")
 @url_option
 @json_option
-@handle_errors
 def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
     """Show one job's row."""
     with open_queue(url, queue) as q:
@@ -167,13 +192,13 @@ def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({"id": job_id, "found": False})
         else:
-            console.print(f"{job_id}: no such job (completed jobs are deleted)")
+            say(job_id, ": no such job (completed jobs are deleted)")
         raise SystemExit(1)
     if as_json:
         emit_json(_job_dict(found))
     else:
         for k, v in sorted(found.fields.items()):
-            console.print(f"[bold]{k}[/bold]: {v}", highlight=False)
+            say((k, "bold"), ": ", v)
 
 
 @click.command()
@@ -184,7 +209,6 @@ def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
 @click.option("--limit", type=int, default=50, show_default=True, help="list: how many.")
 @url_option
 @json_option
-@handle_errors
 def dead(
     queue: str, action: str, ids: tuple[str, ...], keep_counters: bool, limit: int,
     url: str | None, as_json: bool,
@@ -196,7 +220,7 @@ def dead(
             if as_json:
                 emit_json({"jobs": [_job_dict(j) for j in found]})
             else:
-                console.print(_jobs_table(f"{queue} / dead", found))
+                show(_jobs_table(f"{queue} / dead", found))
             return
         if action == "redrive":
             n = (
@@ -210,7 +234,7 @@ def dead(
     if as_json:
         emit_json({action: n})
     else:
-        console.print(f"{action}: {n} job(s)")
+        say(f"{action}: {n} job(s)")
 
 
 def _flag_command(name: str, doc: str) -> click.Command:
@@ -218,14 +242,13 @@ def _flag_command(name: str, doc: str) -> click.Command:
     @click.argument("queue")
     @url_option
     @json_option
-    @handle_errors
     def command(queue: str, url: str | None, as_json: bool) -> None:
         with open_queue(url, queue) as q:
             changed = q.pause() if name == "pause" else q.resume()
         if as_json:
             emit_json({"queue": queue, "paused": name == "pause", "changed": changed})
         else:
-            console.print(f"{queue}: {name}d" + ("" if changed else f" (was already {name}d)"))
+            say(f"{queue}: {name}d", "" if changed else f" (was already {name}d)")
 
     return command
 
@@ -234,7 +257,6 @@ def _flag_command(name: str, doc: str) -> click.Command:
 @click.argument("queue")
 @url_option
 @json_option
-@handle_errors
 def drain(queue: str, url: str | None, as_json: bool) -> None:
     """Delete every waiting job (pending and scheduled) of QUEUE."""
     with open_queue(url, queue) as q:
@@ -242,7 +264,7 @@ def drain(queue: str, url: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"drained": n})
     else:
-        console.print(f"drained {n} job(s)")
+        say(f"drained {n} job(s)")
 
 
 def register(group: click.Group) -> None:

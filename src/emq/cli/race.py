@@ -15,14 +15,24 @@ from typing import Any
 import click
 import redis
 from rich import box
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..racelab.explorer import COLUMNS, Tally, explore
 from ..racelab.forms import MODES
 from ..racelab.scenarios import SCENARIOS, Outcome, modes, run_scenario
 from ..racelab.stress import StressResult, stress
-from .common import console, emit_json, handle_errors, json_option, resolve_url, url_option
+from .common import (
+    connect,
+    console,
+    emit_json,
+    json_option,
+    line,
+    resolve_url,
+    say,
+    show,
+    url_option,
+)
 
 MODE_CHOICE = click.Choice([*MODES, "both"])
 HEADERS = {
@@ -56,7 +66,7 @@ def race() -> None:
 
 
 def _client(url: str | None) -> redis.Redis:
-    return redis.Redis.from_url(resolve_url(url), decode_responses=True)
+    return connect(resolve_url(url))
 
 
 def _reply(value: Any) -> str:
@@ -72,30 +82,30 @@ def picture(outcome: Outcome) -> Table:
     workers = list(dict.fromkeys(s.actor for s in r.steps if s.actor.startswith("W")))
     columns = sorted({s.actor for s in r.steps} - set(workers)) + (["W"] if workers else [])
     table = Table(
-        title=f"{outcome.scenario} · {r.mode}",
-        caption=f"keys without their prefix {prefix}   J = {r.job}",
+        title=Text(f"{outcome.scenario} · {r.mode}"),
+        caption=Text(f"keys without their prefix {prefix}   J = {r.job}"),
         show_lines=True,
     )
     for column in columns:
         title = f"sweep {column}" if column != "W" else f"worker{'s' if len(workers) > 1 else ''}"
-        table.add_column(title, overflow="fold", ratio=1)
+        table.add_column(Text(title), overflow="fold", ratio=1)
     for step in r.steps:
         column = "W" if step.actor in workers else step.actor
         who = f"{step.actor} " if column == "W" and len(workers) > 1 else ""
         text = f"{step.command.replace(prefix, '')} -> {_reply(step.reply)}"
-        cell = f"[bold]{who}{step.step}[/bold] " + escape(text.replace(r.job, "J"))
-        table.add_row(*(cell if c == column else "" for c in columns))
+        cell = line((f"{who}{step.step}", "bold"), " ", text.replace(r.job, "J"))
+        table.add_row(*(cell if c == column else Text() for c in columns))
     return table
 
 
-def readout_line(outcome: Outcome) -> str:
+def readout_line(outcome: Outcome) -> Text:
     d = outcome.as_dict()
     numbers = (
         f"recover_count {d['recover_count']} · stalled {d['stalled']} "
         f"(expected {d['expected_stalled']}) · lost_increments {d['lost_increments']} · "
         f"double_delivered {str(d['double_delivered']).lower()}"
     )
-    return f"[bold]readout[/bold] · {outcome.readout}\n[dim]{numbers}[/dim]"
+    return line(("readout", "bold"), f" · {outcome.readout}\n", (numbers, "dim"))
 
 
 @race.command("run")
@@ -103,7 +113,6 @@ def readout_line(outcome: Outcome) -> str:
 @click.option("--mode", type=MODE_CHOICE, default="both", show_default=True, help="Which form.")
 @url_option
 @json_option
-@handle_errors
 def run_cmd(scenario: str | None, mode: str, url: str | None, as_json: bool) -> None:
     """Run SCENARIO (default: all four) and show each command with the server's reply.
 
@@ -113,14 +122,14 @@ def run_cmd(scenario: str | None, mode: str, url: str | None, as_json: bool) -> 
     try:
         for name in names:
             if not as_json:
-                console.rule(f"[bold]{name}[/bold]: {SCENARIOS[name].summary}")
+                console.rule(line((name, "bold"), f": {SCENARIOS[name].summary}"))
             for m in modes(mode):
                 outcome = run_scenario(client, name, m)
                 if as_json:
                     emit_json(outcome.as_dict())
                 else:
-                    console.print(picture(outcome))
-                    console.print(readout_line(outcome), highlight=False)
+                    show(picture(outcome), fit=True)
+                    console.print(readout_line(outcome))
                     console.print()
     finally:
         client.close()
@@ -138,7 +147,7 @@ TITLES = {
 
 def explore_table(mode: str, rows: list[Tally]) -> Table:
     """One form's table: a row per actor set, a column per anomaly."""
-    table = Table(title=TITLES[mode], box=box.SIMPLE_HEAD)
+    table = Table(title=Text(TITLES[mode]), box=box.SIMPLE_HEAD)
     table.add_column("actors", no_wrap=True)
     table.add_column(_two_lines("interleavings run"), justify="right", min_width=13)
     for column in COLUMNS:
@@ -163,7 +172,6 @@ def _who(row: Tally) -> str:
 @click.option("--mode", type=MODE_CHOICE, default="both", show_default=True, help="Which form.")
 @url_option
 @json_option
-@handle_errors
 def explore_cmd(mode: str, url: str | None, as_json: bool) -> None:
     """Run every interleaving of two sweeps (and of two sweeps with a claiming worker)."""
     client = _client(url)
@@ -175,19 +183,21 @@ def explore_cmd(mode: str, url: str | None, as_json: bool) -> None:
         emit_json({"rows": [row.as_dict() for row in rows]})
     else:
         for m in dict.fromkeys(row.mode for row in rows):
-            console.print(explore_table(m, [row for row in rows if row.mode == m]))
-        console.print(
-            "[dim]in two sets / in none: after some step the job was in both pending and "
-            "active, or in neither. W2 claims after every interleaving with W.[/dim]"
+            show(explore_table(m, [row for row in rows if row.mode == m]))
+        say(
+            (
+                "in two sets / in none: after some step the job was in both pending and "
+                "active, or in neither. W2 claims after every interleaving with W.",
+                "dim",
+            )
         )
         for row in rows:
             for column in COLUMNS:
                 if column in row.examples:
                     share = _share(row.counts[column], row.interleavings)
-                    console.print(
-                        f"{row.mode} {_who(row)}: {HEADERS[column]} {share}, "
-                        f"first: [dim]{row.examples[column]}[/dim]",
-                        highlight=False,
+                    say(
+                        f"{row.mode} {_who(row)}: {HEADERS[column]} {share}, first: ",
+                        (row.examples[column], "dim"),
                     )
     atomic_dirty = any(not row.clean for row in rows if row.mode == "atomic")
     sys.exit(1 if atomic_dirty else 0)
@@ -197,8 +207,10 @@ def stress_table(rows: list[StressResult]) -> Table:
     """A column per form, a row per figure; anomalies as count (per 10,000 recoveries)."""
     first = rows[0]
     table = Table(
-        title=f"{first.procs} processes x {first.seconds:g} s per form over {first.jobs} jobs, "
-        "no forced schedule",
+        title=Text(
+            f"{first.procs} processes x {first.seconds:g} s per form over {first.jobs} jobs, "
+            "no forced schedule"
+        ),
         box=box.SIMPLE_HEAD,
     )
     table.add_column("count (per 10,000 recoveries)")
@@ -220,7 +232,6 @@ def stress_table(rows: list[StressResult]) -> Table:
 @click.option("--mode", type=MODE_CHOICE, default="both", show_default=True, help="Which form.")
 @url_option
 @json_option
-@handle_errors
 def stress_cmd(
     procs: int, seconds: float, jobs: int, mode: str, url: str | None, as_json: bool
 ) -> None:
@@ -230,7 +241,7 @@ def stress_cmd(
     if as_json:
         emit_json({"rows": [r.as_dict() for r in rows]})
     else:
-        console.print(stress_table(rows))
+        show(stress_table(rows))
     sys.exit(1 if any(not r.clean for r in rows if r.mode == "atomic") else 0)
 
 

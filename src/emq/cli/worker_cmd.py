@@ -2,8 +2,13 @@
 
 ``attr`` is a ``Worker`` or a mapping of job names to handlers (then ``--queue`` names the
 queues, default ``default``). Logs are structured: one JSON object per line on stderr (or
-``--log-format text``). Exit codes: 0 after a graceful stop or a finished ``--burst`` run,
-2 for bad usage (import string, options), 130 after a second signal forced the exit.
+``--log-format text``). The server is ``--url``, else ``EMQ_URL``, else the worker's own
+``url=``, else the embedded server: the command line wins over code. Everything is checked
+before the worker starts: the import, the options (against the same bounds the scripts'
+calls enforce) and one PING of the server. Exit codes: 0 after a graceful stop or a finished
+``--burst`` run, 2 for bad usage (import string, a module that fails to import, options, a
+server that cannot be reached or is not Valkey/Redis), 130 after a second signal forced the
+exit.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from typing import Any
 
 import click
 
+from ..calls import QueueCore
 from ..errors import InvalidOption
 from ..worker import Worker
-from .common import err_console, handle_errors, resolve_url, url_option
+from .common import connect, err_console, resolve_url, url_option
 
 STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 
@@ -69,6 +75,10 @@ def load_target(spec: str) -> Worker | Mapping[str, Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InvalidOption(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself is broken: SyntaxError, an error at import
+        raise InvalidOption(
+            f"cannot import {module_name!r}: it raised {type(exc).__name__}: {exc}"
+        ) from None
     target: Any = module
     for part in attr.split("."):
         try:
@@ -78,6 +88,36 @@ def load_target(spec: str) -> Worker | Mapping[str, Any]:
     if isinstance(target, Worker | Mapping):
         return target
     raise InvalidOption(f"{spec} is a {type(target).__name__}; expected a Worker or a mapping")
+
+
+def choose_url(w: Worker, url: str | None) -> None:
+    """Set ``w.url``: ``--url``, else ``EMQ_URL``, else the worker's own ``url=``, else the
+    embedded server. A worker built from Queue objects uses their connections; ``--url``
+    is refused for it rather than ignored."""
+    if not w.needs_url:
+        if url:
+            raise InvalidOption(
+                "--url cannot be used with a Worker built from Queue objects (they carry "
+                "their own connection); build it from queue names to choose the server here"
+            )
+        return
+    w.url = resolve_url(url, code_default=w.url)
+
+
+def check_before_start(w: Worker) -> None:
+    """Refuse what the worker would only fail on after it started: options beyond the
+    bounds its script calls enforce (built here, I/O-free, by the same builders), and a
+    server that cannot be reached or does not speak the protocol (one PING)."""
+    o = w.options
+    core = QueueCore(w.queue_names[0])
+    core.claim(1, o.lease_ms)
+    core.sweep_stalled(o.max_stalled, o.sweep_limit)
+    if w.url is not None:
+        client = connect(w.url)
+        try:
+            client.ping()
+        finally:
+            client.close()
 
 
 def setup_logging(fmt: str, level: str) -> None:
@@ -91,7 +131,9 @@ def setup_logging(fmt: str, level: str) -> None:
 
 @click.command("worker")
 @click.argument("target", metavar="MODULE:ATTR")
-@click.option("--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable).")
+@click.option(
+    "--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable; with a mapping)."
+)
 @click.option("--concurrency", "-c", type=int, default=None, help="Handlers at once (10).")
 @click.option("--lease-ms", type=int, default=None, help="Lease length in ms (30000).")
 @click.option("--prefetch", type=int, default=None, help="Extra jobs claimed ahead (0).")
@@ -100,10 +142,21 @@ def setup_logging(fmt: str, level: str) -> None:
 @click.option("--max-stalled", type=int, default=None, help="Stalls before dead (2).")
 @click.option("--grace-ms", type=int, default=None, help="Shutdown grace period (30000).")
 @click.option("--timeout-ms", type=int, default=None, help="Default attempt timeout (300000).")
-@click.option("--log-format", type=click.Choice(["json", "text"]), default="json")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    default=None,
+    help="Log lines on stderr: JSON objects (default) or text.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+    help="The least severe log records shown.",
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON-lines logs (the default format).")
 @url_option
-@handle_errors
 def worker(
     target: str,
     queues: tuple[str, ...],
@@ -115,8 +168,9 @@ def worker(
     max_stalled: int | None,
     grace_ms: int | None,
     timeout_ms: int | None,
-    log_format: str,
+    log_format: str | None,
     log_level: str,
+    as_json: bool,
     url: str | None,
 ) -> None:
     """Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.
@@ -124,7 +178,9 @@ def worker(
     A first signal stops claiming, gives back unstarted jobs and lets running ones finish
     (up to the grace period); a second one exits at once.
     """
-    setup_logging(log_format, log_level)
+    if as_json and log_format == "text":
+        raise InvalidOption("--json and --log-format text contradict each other; pick one")
+    setup_logging(log_format or "json", log_level)
     loaded = load_target(target)
     if isinstance(loaded, Worker):
         w = loaded
@@ -132,8 +188,6 @@ def worker(
             raise InvalidOption("--queue cannot be used with a Worker (it names its queues)")
     else:
         w = Worker(list(queues) or ["default"], loaded)
-    if w.url is None and w.needs_url:
-        w.url = resolve_url(url)
     w.configure(
         concurrency=concurrency,
         lease_ms=lease_ms,
@@ -144,6 +198,8 @@ def worker(
         grace_ms=grace_ms,
         timeout_ms=timeout_ms,
     )
+    choose_url(w, url)
+    check_before_start(w)
     w.run_sync(handle_signals=True)
     code = 130 if w.forced else 0
     busy = [t for t in threading.enumerate() if t.name.startswith("emq-handler") and t.is_alive()]
