@@ -37,6 +37,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 URL_KEY = "emq.url"  # click's ctx.meta key: the server URL the command resolved
 MAX_VALUE_CHARS = 80
+TRACEBACK = "Traceback (most recent call last)"
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 30.0  # above the 5 s XREAD BLOCK of `events tail -f`
 
@@ -184,15 +185,17 @@ def clip(message: str, limit: int = MAX_VALUE_CHARS) -> str:
 
 
 def one_line(value: str) -> str:
-    """A multi-line value (a traceback in ``error``) as one line: a traceback becomes its last
-    line (the exception) with how many lines were left out; other text keeps every line,
-    joined by `` ⏎ ``."""
-    lines = [ln for ln in value.splitlines() if ln.strip()]
+    """A multi-line value as one line. An error stored by a worker (its exception line, then
+    the traceback) keeps the exception line and says how many traceback lines were left out;
+    a bare traceback becomes its last line; other text keeps every line, joined by `` ⏎ ``."""
+    lines = [ln.rstrip() for ln in value.strip().splitlines() if ln.strip()]
     if len(lines) <= 1:
         return value.strip()
-    if lines[0].startswith("Traceback"):
+    if lines[0].startswith(TRACEBACK):
         return f"{lines[-1].strip()} (traceback: {len(lines)} lines)"
-    return " ⏎ ".join(ln.strip() for ln in lines)
+    cut = next((i for i, ln in enumerate(lines) if ln.startswith((TRACEBACK, "..."))), 0)
+    head = " ⏎ ".join(ln.strip() for ln in (lines[:cut] if cut else lines))
+    return f"{head} (traceback: {len(lines) - cut} lines)" if cut else head
 
 
 # -- failures ----------------------------------------------------------------------------
