@@ -23,6 +23,7 @@ from emq.events import EVENT_FIELDS, JOB_EVENTS, Event, id_after, parse_id
 from .helpers import expire_leases
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "events.md"
+HANG = 60.0  # waits poll for a condition: this only bounds a hang, never a speed
 
 
 def _emit_calls(source: str) -> list[list[str]]:
@@ -49,7 +50,7 @@ def _emit_calls(source: str) -> list[list[str]]:
 def test_every_emit_in_every_script_matches_the_contract() -> None:
     emitted: set[str] = set()
     for entry in resources.files("emq").joinpath("lua").iterdir():
-        if not entry.name.endswith(".lua"):
+        if not entry.name.endswith(".lua") or entry.name.startswith("_"):
             continue
         for args in _emit_calls(entry.read_text()):
             assert args[0] == "'event'", (entry.name, args)
@@ -91,7 +92,7 @@ def test_real_traffic_carries_the_documented_fields(queue: Queue, client: redis.
     queue.resume()
     queue.drain()
     seen = list(queue.events())
-    assert {e.event for e in seen} >= set(EVENT_FIELDS) - {"promoted", "retrying"}
+    assert {e.event for e in seen} >= set(EVENT_FIELDS) - {"promoted", "retrying", "missing"}
     for e in seen:
         assert set(e.fields) == set(EVENT_FIELDS[e.event]), e
         assert (e.job is not None) == (e.event in JOB_EVENTS), e
@@ -119,12 +120,27 @@ def _xread_calls(client: redis.Redis) -> int:
     return int(stats.get("cmdstat_xread", {}).get("calls", 0))
 
 
+def _blocked_clients(client: redis.Redis) -> int:
+    return int(client.info("clients")["blocked_clients"])
+
+
+def _until_blocked(client: redis.Redis, baseline: int) -> None:
+    """Wait (a hang bound only) until one more client is blocked than ``baseline``."""
+    deadline = time.monotonic() + HANG
+    while _blocked_clients(client) <= baseline:
+        assert time.monotonic() < deadline, "the reader never blocked in XREAD"
+        time.sleep(0.01)
+
+
 def test_follow_blocks_in_xread_instead_of_polling(queue: Queue, client: redis.Redis) -> None:
+    """The new entry is appended only once the reader is blocked in XREAD (so it cannot have
+    been counted as old, however slow the machine), and the blocked call returns it."""
     queue.enqueue("old", None)
     got: list[Event] = []
+    baseline = _blocked_clients(client)
 
     def later() -> None:
-        time.sleep(0.6)
+        _until_blocked(client, baseline)
         queue.enqueue("new", None)
 
     before = _xread_calls(client)
@@ -135,7 +151,7 @@ def test_follow_blocks_in_xread_instead_of_polling(queue: Queue, client: redis.R
         break
     thread.join()  # its enqueue may still be reading its reply when the event arrives
     assert [e.fields["name"] for e in got] == ["new"]
-    assert _xread_calls(client) - before <= 2  # one blocking call waited the 0.6 s out
+    assert _xread_calls(client) - before <= 2  # one blocking call waited for the entry
 
 
 async def test_async_iterator_follows_from_a_position(url: str, queue: Queue) -> None:
@@ -155,24 +171,26 @@ async def test_async_iterator_follows_from_a_position(url: str, queue: Queue) ->
             return out
 
         task = asyncio.create_task(collect())
-        await asyncio.sleep(0.2)
-        (c,) = await aq.claim(1)
+        (c,) = await aq.claim(1)  # from a fixed position: no need to wait for the reader
         await aq.complete(c.id, c.token)
-        got = await asyncio.wait_for(task, 10)
+        got = await asyncio.wait_for(task, HANG)
         assert [(e.event, e.job) for e in got] == [("claimed", first), ("completed", first)]
     finally:
         await aq.close()
 
 
-async def test_async_iterator_from_now_sees_only_new_events(url: str, queue: Queue) -> None:
+async def test_async_iterator_from_now_sees_only_new_events(
+    url: str, queue: Queue, client: redis.Redis
+) -> None:
     queue.enqueue("before", None)
     aq = AsyncQueue.from_url(url, queue.name)
     try:
+        baseline = _blocked_clients(client)
         stream = aq.events()
         nxt = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0.2)
+        await asyncio.to_thread(_until_blocked, client, baseline)  # "$" is resolved by now
         queue.enqueue("after", None)
-        e = await asyncio.wait_for(nxt, 10)
+        e = await asyncio.wait_for(nxt, HANG)
         assert (e.event, e.fields["name"]) == ("enqueued", "after")
         await stream.aclose()
     finally:

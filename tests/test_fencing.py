@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from emq import Claimed, LeaseLost, Queue
+from emq import Answer, Claimed, LeaseLost, Queue
 
 from .helpers import assert_consistent, expire_leases, where
 
@@ -91,6 +91,6 @@ def test_batch_calls_report_lost_per_job(queue: Queue, client: redis.Redis) -> N
     a, b = queue.enqueue_many([("x", 1), ("x", 2)])
     ca, cb = queue.claim(count=2)
     expire_leases(client, queue.name, a)
-    assert queue.complete_many([(a, ca.token), (b, cb.token)]) == [False, True]
+    assert queue.complete_many([(a, ca.token), (b, cb.token)]) == [Answer.LOST, Answer.COMPLETED]
     events = [f["event"] for _, f in client.xrange(queue.core.keys.events)]
     assert events[-2:] == ["lease_lost", "completed"]

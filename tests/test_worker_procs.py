@@ -24,10 +24,13 @@ from emq import Queue
 from emq.server import EmbeddedServer, valkey_binary
 
 from .helpers import assert_consistent, expire_leases, where
-from .test_worker_support import runs_key
+from .test_worker_support import open_gate, runs_key
 
 TESTS = Path(__file__).parent
 CLI = "from emq.cli.main import main; main()"
+# Every wait polls for a condition on the server or in a log; this deadline only bounds a
+# hang (a worker that never does the thing), never a speed: a busy machine must still pass.
+HANG = 60.0
 
 
 class Procs:
@@ -71,7 +74,7 @@ class Procs:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
-            proc.wait(10)
+            proc.wait(HANG)
 
 
 @pytest.fixture
@@ -98,47 +101,48 @@ def runs(client: redis.Redis, queue: str) -> list[str]:
 FAST = ["--stalled-interval-ms", "300", "--log-level", "debug"]
 
 
-@pytest.mark.timeout(60)
-def test_sigkill_mid_job_is_recovered_within_lease_plus_interval_and_completes_once(
+def test_sigkill_mid_job_is_recovered_after_its_lease_and_completes_once(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
+    """Recovered by the other worker's sweep, never while A's last lease was still live (on
+    the server clock), and run to completion once. How soon after the lease it is recovered
+    is a speed: ``benchmarks/timing_bounds.py`` measures it."""
     a = procs.spawn("--lease-ms", "1500", *FAST, name="a")
     job = queue.enqueue("work", {"ms": 400})
-    wait_for(lambda: runs(client, qname), 15, "worker A to start the job")
+    wait_for(lambda: runs(client, qname), HANG, "worker A to start the job")
     a.kill()
-    killed = time.monotonic()
-    a.wait(5)
+    a.wait(HANG)
+    lease_end = client.zscore(queue.core.keys.active, job)  # A's last beat: nobody extends it
+    assert lease_end is not None
     b = procs.spawn("--lease-ms", "1500", *FAST, name="b")
-    wait_for(lambda: procs.events(b, "recovered"), 15, "B's sweep to recover the job")
-    recovered_after = time.monotonic() - killed
-    wait_for(lambda: queue.counts()["completed"] == 1, 15, "the job to complete")
+    wait_for(lambda: procs.events(b, "recovered"), HANG, "B's sweep to recover the job")
+    wait_for(lambda: queue.counts()["completed"] == 1, HANG, "the job to complete")
     starts = [r for r in runs(client, qname) if r.startswith("start")]
     assert [s.split(":")[2] for s in starts] == [str(a.pid), str(b.pid)]
     assert [r for r in runs(client, qname) if r.startswith("done")] == [f"done:{job}:{b.pid}"]
-    print(f"\nSIGKILL mid-job: recovered {recovered_after:.2f} s after the kill")
-    # lease 1.5 s + sweep interval 0.3 s, plus the poll slack of this test
-    assert recovered_after < 1.5 + 0.3 + 1.0, recovered_after
+    (stalled,) = [e for e in queue.events() if e.event == "stalled" and e.job == job]
+    assert stalled.time_ms >= lease_end  # recovered only once the lease had expired
+    print(f"\nSIGKILL mid-job: recovered {stalled.time_ms - lease_end} ms after the lease end")
     c = queue.counts()
     assert (c["completed"], c["recovered"], c["dead"], c["active"], c["pending"]) == (1, 1, 0, 0, 0)
     assert_consistent(client, qname)
 
 
-@pytest.mark.timeout(60)
 def test_sigstop_past_lease_then_resume_gets_lease_lost_and_other_run_is_recorded(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
     a = procs.spawn("--lease-ms", "30000", *FAST, name="a")  # beats every 10 s
     job = queue.enqueue("work", {"ms": 700})
-    wait_for(lambda: runs(client, qname), 15, "worker A to start the job")
+    wait_for(lambda: runs(client, qname), HANG, "worker A to start the job")
     os.kill(a.pid, signal.SIGSTOP)
     expire_leases(client, qname, job)  # A's lease is now past, on the server clock
     b = procs.spawn("--lease-ms", "30000", *FAST, name="b")
-    wait_for(lambda: queue.counts()["completed"] == 1, 15, "B to complete the job")
+    wait_for(lambda: queue.counts()["completed"] == 1, HANG, "B to complete the job")
     os.kill(a.pid, signal.SIGCONT)
-    lost = wait_for(lambda: procs.events(a, "lease_lost"), 15, "A's late completion refused")
-    assert lost[0]["job"] == job and lost[0]["token"] == 1 and lost[0]["via"] == "complete"
+    lost = wait_for(lambda: procs.events(a, "lease_lost"), HANG, "A's late completion refused")
+    assert lost[0]["job"] == job and lost[0]["token"] > 0 and lost[0]["via"] == "complete"
     done_b = procs.events(b, "completed")
-    assert [(e["job"], e["token"]) for e in done_b] == [(job, 2)]
+    assert [e["job"] for e in done_b] == [job] and done_b[0]["token"] > lost[0]["token"]
     assert procs.events(a, "completed") == []
     c = queue.counts()
     assert (c["completed"], c["recovered"], c["active"], c["pending"], c["dead"]) == (1, 1, 0, 0, 0)
@@ -146,7 +150,8 @@ def test_sigstop_past_lease_then_resume_gets_lease_lost_and_other_run_is_recorde
     assert_consistent(client, qname)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_poison_job_is_dead_after_exactly_max_stalled_stalls(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
@@ -155,7 +160,7 @@ def test_poison_job_is_dead_after_exactly_max_stalled_stalls(
     args = ["--concurrency", "1", "--lease-ms", "500", "--max-stalled", str(max_stalled), *FAST]
     poison = queue.enqueue("poison", None)
     good = queue.enqueue("work", {"ms": 0})
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 2 * HANG  # a hang bound for the whole loop of spawns
     spawned = 0
     while queue.job(poison) is None or queue.job(poison).state != "dead":  # type: ignore[union-attr]
         assert time.monotonic() < deadline, "poison job never dead-lettered"
@@ -170,25 +175,26 @@ def test_poison_job_is_dead_after_exactly_max_stalled_stalls(
     assert len(starts) == max_stalled  # delivered exactly max_stalled times, never again
     if proc.poll() is not None:
         procs.spawn(*args, name="p")
-    wait_for(lambda: queue.job(good) is None, 15, "the good job to complete")
+    wait_for(lambda: queue.job(good) is None, HANG, "the good job to complete")
     assert queue.counts()["dead"] == 1
     assert_consistent(client, qname)
 
 
-@pytest.mark.timeout(60)
 def test_sigterm_mid_batch_loses_nothing_and_spends_no_attempt(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
-    ids = [j for j in queue.enqueue_many([("work", {"ms": 600}) for _ in range(8)])]
+    ids = [j for j in queue.enqueue_many([("gated", None) for _ in range(8)])]
     a = procs.spawn("--concurrency", "2", "--prefetch", "6", "--lease-ms", "5000", *FAST)
-    wait_for(lambda: len(runs(client, qname)) >= 2, 15, "two jobs to start")
-    assert queue.counts()["active"] == 8  # 2 running, 6 claimed ahead and not started
+    wait_for(lambda: len(runs(client, qname)) >= 2, HANG, "two jobs to start")
+    assert queue.counts()["active"] == 8  # 2 running (held at the gate), 6 claimed ahead
     a.send_signal(signal.SIGTERM)
-    assert a.wait(15) == 0
+    wait_for(lambda: procs.events(a, "given_back"), HANG, "the unstarted jobs to be given back")
+    open_gate(client, qname, 2)  # the running two finish inside the grace period
+    assert a.wait(HANG) == 0
     c = queue.counts()
     assert (c["completed"], c["pending"], c["active"], c["dead"]) == (2, 6, 0, 0)
     for job in queue.jobs("pending"):
-        assert (job.attempts, job.token) == (0, 1)  # given back: the claim's attempt undone
+        assert job.attempts == 0 and job.token > 0  # given back: the claim's attempt undone
     assert procs.events(a, "given_back")[0]["count"] == 6
     assert {j.id for j in queue.jobs("pending")} | {
         r.split(":")[1] for r in runs(client, qname)
@@ -196,19 +202,18 @@ def test_sigterm_mid_batch_loses_nothing_and_spends_no_attempt(
     assert_consistent(client, qname)
 
 
-@pytest.mark.timeout(60)
 def test_second_signal_exits_at_once_and_the_sweep_recovers(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
-    job = queue.enqueue("work", {"ms": 20_000})
-    a = procs.spawn("--lease-ms", "5000", *FAST)
-    wait_for(lambda: runs(client, qname), 15, "the job to start")
+    """The job is held at its gate and the grace period is 10 minutes: the worker exits
+    within HANG of the second signal only because that signal skips the drain."""
+    job = queue.enqueue("gated", None)
+    a = procs.spawn("--lease-ms", "5000", "--grace-ms", "600000", *FAST)
+    wait_for(lambda: runs(client, qname), HANG, "the job to start")
     a.send_signal(signal.SIGTERM)
-    wait_for(lambda: procs.events(a, "draining"), 10, "the drain to begin")
-    t0 = time.monotonic()
+    wait_for(lambda: procs.events(a, "draining"), HANG, "the drain to begin")
     a.send_signal(signal.SIGINT)
-    assert a.wait(10) == 130
-    assert time.monotonic() - t0 < 3
+    assert a.wait(HANG) == 130
     assert where(client, qname, job) == ["active"]  # left to lapse
     expire_leases(client, qname, job)
     assert queue.sweep_stalled().recovered == [job]
@@ -222,7 +227,8 @@ def _binaries() -> list[Any]:
     return out
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("binary", _binaries())
 def test_server_restart_mid_run_worker_resumes_and_completes_each_job_once(
     binary: Callable[[], Path | None], tmp_path: Path, qname: str
@@ -242,14 +248,14 @@ def test_server_restart_mid_run_worker_resumes_and_completes_each_job_once(
         a = procs.spawn("--concurrency", "10", "--lease-ms", "10000", *FAST)
         check = redis.Redis.from_url(url, decode_responses=True)
         wait_for(lambda: int(check.hget(f"emq:{{{qname}}}:metrics", "completed") or 0) > 50,
-                 30, "some jobs to complete")  # fmt: skip
+                 HANG, "some jobs to complete")  # fmt: skip
         check.close()
         srv.stop()
         time.sleep(0.5)  # the outage itself: the worker must ride it out
         assert a.poll() is None
         srv.start()
         with Queue.from_url(url, qname) as q:
-            wait_for(lambda: q.counts()["completed"] >= n, 60, "every job to complete")
+            wait_for(lambda: q.counts()["completed"] >= n, HANG, "every job to complete")
             c = q.counts()
             assert (c["completed"], c["pending"], c["active"], c["schedule"], c["dead"]) == (
                 n,
@@ -266,7 +272,8 @@ def test_server_restart_mid_run_worker_resumes_and_completes_each_job_once(
         srv.stop()
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_ten_thousand_jobs_four_workers_random_sigkills(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
@@ -276,7 +283,7 @@ def test_ten_thousand_jobs_four_workers_random_sigkills(
     args = ["--concurrency", "50", "--lease-ms", "1000", "--stalled-interval-ms", "250"]
     live = [procs.spawn(*args, name="k") for _ in range(workers)]
     kills, t0 = 0, time.monotonic()
-    deadline = t0 + 120
+    deadline = t0 + 3 * HANG  # a hang bound: the run takes seconds on an idle machine
     next_kill = t0 + 1.0
     while True:
         c = queue.counts()

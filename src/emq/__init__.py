@@ -25,19 +25,22 @@ from .errors import (
     ServerRefused,
     ServerUnreachable,
     UnsafeServer,
+    WorkerFailed,
     WrongState,
 )
 from .events import Event
 from .queue import Queue
-from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
+from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import JobState, Location
 from .worker import JobContext, NoRetry, Permanent, Worker, WorkerOptions
 
 __all__ = [
+    "Answer",
     "Archive",
     "AsyncQueue",
     "Backoff",
     "Claimed",
+    "Claims",
     "DuplicateConflict",
     "EmqError",
     "EnqueuedId",
@@ -68,6 +71,7 @@ __all__ = [
     "SweepResult",
     "UnsafeServer",
     "Worker",
+    "WorkerFailed",
     "WorkerOptions",
     "WrongState",
 ]

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.asyncio
 
-from . import scripts
+from . import durability, scripts
 from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
 from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
 from .events import Event, aiter_events
 from .ids import check_id
-from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
+from .records import Answer, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .shell import (
     CHUNK,
     DEFAULT_LEASE_MS,
@@ -31,8 +31,11 @@ from .shell import (
     WINDOW,
     ShellBase,
     expect,
+    known_bulk_limit,
     lease_candidates,
     minter_for,
+    note_landed,
+    remember_bulk_limit,
 )
 from .states import Location
 
@@ -55,6 +58,7 @@ class AsyncQueue(ShellBase):
         self.client = client
         self._minter = minter_for(client.connection_pool)
         self._mint_lock = asyncio.Lock()
+        self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> AsyncQueue:
@@ -70,7 +74,19 @@ class AsyncQueue(ShellBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def check_server(self) -> None:
+        """Raise :class:`~emq.errors.UnsafeServer` if the server would break this queue's
+        guarantees (an evicting ``maxmemory-policy``; ``durability="aof"`` it cannot provide).
+        The first call of every queue does this by itself, once per connection pool."""
+        await self._guard.acheck(self.client)
+
     async def _run(self, call: Call[Any]) -> Any:
+        guard = self._guard
+        if not guard.ok:
+            await guard.acheck(self.client)
+        if guard.durable(call.script):
+            (reply,) = await guard.arun(self.client, call.script, [(call.keys, call.args)])
+            return call.decode(reply)
         return call.decode(await scripts.run_async(self.client, call.script, call.keys, call.args))
 
     async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:
@@ -101,6 +117,18 @@ class AsyncQueue(ShellBase):
     async def new_id(self) -> str:
         return (await self.new_ids(1))[0]
 
+    async def _bulk_limit(self) -> int | None:
+        """The server's proto-max-bulk-len, read once per connection pool (None if CONFIG is
+        refused)."""
+        known, limit = known_bulk_limit(self.client.connection_pool)
+        if known:
+            return limit
+        try:
+            reply: object = await self.client.config_get("proto-max-bulk-len")
+        except redis.ResponseError:
+            reply = None
+        return remember_bulk_limit(self.client.connection_pool, reply)
+
     async def enqueue(
         self,
         name: str,
@@ -117,12 +145,18 @@ class AsyncQueue(ShellBase):
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         groups = self._groups(jobs)
+        if size := self._largest_payload(groups):
+            self._refuse_oversized(size, await self._bulk_limit())
         explicit = self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
         calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
             out: list[EnqueuedId] = []
-            for call in calls:
-                out += await self._resend(functools.partial(self._run, call))
+            try:
+                for call in calls:
+                    out += await self._resend(functools.partial(self._run, call))
+            except Exception as exc:
+                note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
+                raise
             return out
         # fresh ids cannot conflict: keep a few chunks in flight on their own connections, so
         # the server runs one while the next is encoded and sent
@@ -137,7 +171,7 @@ class AsyncQueue(ShellBase):
 
     async def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
-    ) -> list[Claimed]:
+    ) -> Claims:
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
         same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
@@ -149,14 +183,16 @@ class AsyncQueue(ShellBase):
         expect(deadline, job_id, "extend")
         return int(cast(int, deadline))
 
-    async def extend_many(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> list[int]:
+    async def extend_many(
+        self, pairs: Iterable[tuple[str, int]], lease_ms: int
+    ) -> list[int | Answer]:
         return await self._run(self.core.extend(pairs, lease_ms))  # type: ignore[no-any-return]
 
     async def complete(self, job_id: str, token: int) -> None:
         (ok,) = await self._run(self.core.complete([(job_id, token)]))
         expect(ok, job_id, "complete")
 
-    async def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[bool]:
+    async def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[Answer]:
         return await self._run(self.core.complete(pairs))  # type: ignore[no-any-return]
 
     async def fail(
@@ -177,7 +213,7 @@ class AsyncQueue(ShellBase):
 
     async def fail_many(
         self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]
-    ) -> list[str]:
+    ) -> list[Answer]:
         return await self._run(self.core.fail(items))  # type: ignore[no-any-return]
 
     async def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
@@ -185,7 +221,7 @@ class AsyncQueue(ShellBase):
         expect(where, job_id, "delay")
         return str(where)
 
-    async def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[str]:
+    async def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
         return await self._run(self.core.delay(items))  # type: ignore[no-any-return]
 
     async def promote(self, limit: int = 1000) -> list[str]:
@@ -201,7 +237,8 @@ class AsyncQueue(ShellBase):
             r = await self.sweep_stalled(max_stalled, limit)
             total.recovered.extend(r.recovered)
             total.dead.extend(r.dead)
-            if len(r.recovered) + len(r.dead) < limit:
+            total.missing.extend(r.missing)
+            if len(r.recovered) + len(r.dead) + len(r.missing) < limit:
                 return total
 
     async def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:

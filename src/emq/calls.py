@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .config import Backoff, QueueOptions
-from .errors import InvalidName, InvalidOption, InvalidPayload
+from .errors import InvalidName, InvalidOption
 from .ids import check_id
 from .keys import QueueKeys, node_key
-from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
+from .payloads import encode_payload
+from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import Location
 
 T = TypeVar("T")
@@ -66,29 +67,26 @@ def check_job_name(name: object) -> str:
     return name
 
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-
-
-def encode_payload(payload: Any, limit: int) -> str:
-    try:
-        text = _dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
-    if text.isascii():
-        size = len(text)
-    else:
+def check_text(what: str, value: object, most: int) -> str:
+    """A non-empty string of at most ``most`` characters that encodes as UTF-8 (no lone
+    surrogates), or :class:`InvalidOption` saying what to fix."""
+    if not isinstance(value, str) or not 0 < len(value) <= most:
+        raise InvalidOption(f"{what} must be a non-empty string of at most {most}, got {value!r}")
+    if not value.isascii():
         try:
-            size = len(text.encode("utf-8"))
+            value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise InvalidPayload(
-                f"payload holds text that is not valid Unicode (a lone surrogate?): {exc}"
+            raise InvalidOption(
+                f"{what} {value!r} is not valid Unicode (a lone surrogate?): {exc}"
             ) from None
-    if size > limit:
-        raise InvalidPayload(
-            f"payload is {size} bytes encoded, over the limit of {limit} "
-            "(raise QueueOptions.max_payload_bytes or store the data elsewhere)"
-        )
-    return text
+    return value
+
+
+def clean_text(value: object, most: int) -> str:
+    """``str(value)`` cut to ``most`` characters, with any lone surrogate written as a
+    backslash escape: free text (an error message) is kept, never refused."""
+    text = str(value)[:most]
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def decode_payload(text: str | None) -> Any:
@@ -147,8 +145,8 @@ class QueueCore:
             _int_option("priority", priority, *PRIORITY_RANGE)
         attempts = self.options.max_attempts if max_attempts is None else max_attempts
         _int_option("max_attempts", attempts, 1, 1_000_000)
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
-            raise InvalidOption(f"dedup key must be a non-empty string of at most 256, got {key!r}")
+        if key is not None:
+            check_text("dedup key", key, 256)
         if id is not None:
             check_id(id)
         return [id or "", name, text, priority, attempts, delay_ms, key or ""]
@@ -166,49 +164,53 @@ class QueueCore:
         k = self.keys
         return Call("enqueue", [k.pending, k.schedule, k.events, k.wake], args, _decode_enqueued)
 
-    def claim(self, count: int, lease_ms: int, request: str | None = None) -> Call[list[Claimed]]:
+    def claim(self, count: int, lease_ms: int, request: str | None = None) -> Call[Claims]:
         """``request`` names the call so a resend after a lost reply (redis-py retries on
         connection errors) returns the same jobs instead of leasing more; a fresh one by
         default."""
         _int_option("count", count, 1, MAX_BATCH)
         _int_option("lease_ms", lease_ms, 1, 86_400_000)
+        request = uuid.uuid4().hex if request is None else check_text("request", request, 128)
         k = self.keys
         return Call(
             "claim",
-            [k.pending, k.active, k.schedule, k.meta, k.events],
-            [k.prefix, self._maxlen, count, lease_ms, request or uuid.uuid4().hex],
+            [k.pending, k.active, k.schedule, k.meta, k.events, k.metrics],
+            [k.prefix, self._maxlen, count, lease_ms, request],
             _decode_claimed,
         )
 
-    def extend(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> Call[list[int]]:
+    def extend(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> Call[list[int | Answer]]:
+        """Per job: the new deadline (server ms), or ``Answer.LOST`` / ``Answer.GONE``."""
         _int_option("lease_ms", lease_ms, 1, 86_400_000)
         k = self.keys
         args = [k.prefix, self._maxlen, lease_ms, *_pairs(pairs)]
-        return Call("extend", [k.active, k.events], args, lambda r: [int(x) for x in r])
+        return Call("extend", [k.active, k.events], args, _decode_deadlines)
 
-    def complete(self, pairs: Iterable[tuple[str, int]]) -> Call[list[bool]]:
+    def complete(self, pairs: Iterable[tuple[str, int]]) -> Call[list[Answer]]:
+        """Per job: ``COMPLETED``, ``LOST`` or ``GONE``."""
         k = self.keys
         args = [k.prefix, self._maxlen, *_pairs(pairs)]
-        return Call(
-            "complete", [k.active, k.metrics, k.events], args, lambda r: [x == 1 for x in r]
-        )
+        return Call("complete", [k.active, k.metrics, k.events], args, decode_answers)
 
     def fail(
         self,
         items: Iterable[tuple[str, int, str, bool, Backoff | None]],
         rng: random.Random | None = None,
-    ) -> Call[list[str]]:
+    ) -> Call[list[Answer]]:
+        """Per job: ``SCHEDULED`` (a retry waits), ``DEAD``, ``LOST`` or ``GONE``."""
         k = self.keys
         args: list[Arg] = [k.prefix, self._maxlen]
         for job_id, token, error, retry, backoff in items:
             args += _pairs([(job_id, token)])
-            args += [str(error)[:MAX_ERROR_CHARS], 1 if retry else 0]
+            args += [clean_text(error, MAX_ERROR_CHARS), 1 if retry else 0]
             args += (backoff or self.options.backoff).script_args(rng)
         if len(args) == 2:
             raise InvalidOption("fail needs at least one job")
-        return Call("fail", [k.active, k.schedule, k.dead, k.metrics, k.events], args, list)
+        keys = [k.active, k.schedule, k.dead, k.metrics, k.events]
+        return Call("fail", keys, args, decode_answers)
 
-    def delay(self, items: Iterable[tuple[str, int, int]]) -> Call[list[str]]:
+    def delay(self, items: Iterable[tuple[str, int, int]]) -> Call[list[Answer]]:
+        """Per job: ``PENDING``, ``SCHEDULED``, ``LOST`` or ``GONE``."""
         k = self.keys
         args: list[Arg] = [k.prefix, self._maxlen]
         for job_id, token, delay_ms in items:
@@ -217,12 +219,12 @@ class QueueCore:
         if len(args) == 2:
             raise InvalidOption("delay needs at least one job")
         keys = [k.active, k.pending, k.schedule, k.events, k.wake]
-        return Call("delay", keys, args, list)
+        return Call("delay", keys, args, decode_answers)
 
     def promote(self, limit: int) -> Call[list[str]]:
         _int_option("limit", limit, 1, MAX_CHUNK)
         k = self.keys
-        keys = [k.schedule, k.pending, k.events, k.wake]
+        keys = [k.schedule, k.pending, k.events, k.wake, k.metrics]
         return Call("promote", keys, [k.prefix, self._maxlen, limit], list)
 
     def sweep_stalled(self, max_stalled: int, limit: int) -> Call[SweepResult]:
@@ -233,7 +235,7 @@ class QueueCore:
             "sweep_stalled",
             [k.active, k.pending, k.dead, k.metrics, k.events, k.wake],
             [k.prefix, self._maxlen, max_stalled, limit],
-            lambda r: SweepResult(list(r[0]), list(r[1])),
+            lambda r: SweepResult(list(r[0]), list(r[1]), list(r[2])),
         )
 
     def redrive(
@@ -305,9 +307,17 @@ def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:
     return [EnqueuedId(reply[i], reply[i + 1] == 1) for i in range(0, len(reply), 2)]
 
 
-def _decode_claimed(reply: list[Any]) -> list[Claimed]:
+def decode_answers(reply: list[Any]) -> list[Answer]:
+    return [Answer(x) for x in reply]
+
+
+def _decode_deadlines(reply: list[Any]) -> list[int | Answer]:
+    return [x if isinstance(x, int) else Answer(x) for x in reply]
+
+
+def _decode_claimed(reply: list[Any]) -> Claims:
     deadline = int(reply[0])
-    return [
+    jobs = [
         Claimed(
             id=reply[i],
             token=int(reply[i + 1]),
@@ -317,8 +327,9 @@ def _decode_claimed(reply: list[Any]) -> list[Claimed]:
             payload=decode_payload(reply[i + 5]),
             deadline_ms=deadline,
         )
-        for i in range(1, len(reply), 6)
+        for i in range(2, len(reply), 6)
     ]
+    return Claims(jobs, list(reply[1]))
 
 
 def decode_job(job_id: str, row: dict[str, str]) -> Job | None:

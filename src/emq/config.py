@@ -39,6 +39,9 @@ def redact_url(url: str) -> str:
     return _PASSWORD_QUERY.sub(r"\1***", url)
 
 
+DURABILITY = ("none", "aof")
+
+
 def check_url(url: str) -> str:
     """Return a URL redis-py accepts, or raise :class:`InvalidUrl` saying what to fix; the
     message shows the URL with its password redacted (:func:`redact_url`).
@@ -127,14 +130,35 @@ class QueueOptions:
 
     ``events_maxlen``: the approximate cap of the event stream; ``0`` turns events off.
     ``max_payload_bytes``: the largest encoded payload an enqueue accepts.
+    ``durability``: ``"none"`` (a call returns once the server applied it; what survives a
+    crash is up to the server's ``appendfsync``) or ``"aof"`` (enqueue, complete, fail, delay,
+    redrive and remove return only once the server has fsynced the write to its AOF:
+    ``WAITAOF``, Valkey or Redis >= 7.2 with ``appendonly yes``). See docs/guarantees.md.
+    ``durability_timeout_ms``: how long ``"aof"`` waits for the fsync before raising
+    :class:`emq.durability.NotDurable` (the write was applied but is not confirmed on disk).
+    ``allow_eviction``: run on a server whose ``maxmemory-policy`` may evict keys (it may then
+    drop jobs); refused with :class:`~emq.errors.UnsafeServer` unless set.
     """
 
     events_maxlen: int = 10_000
     max_payload_bytes: int = 512 * 1024
     max_attempts: int = 3
     backoff: Backoff = Backoff()
+    durability: Literal["none", "aof"] = "none"
+    durability_timeout_ms: int = 5_000
+    allow_eviction: bool = False
 
     def __post_init__(self) -> None:
         _positive("events_maxlen", self.events_maxlen, allow_zero=True)
         _positive("max_payload_bytes", self.max_payload_bytes)
         _positive("max_attempts", self.max_attempts)
+        if self.durability not in DURABILITY:
+            raise InvalidOption(
+                f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
+                f"got {self.durability!r}"
+            )
+        _positive("durability_timeout_ms", self.durability_timeout_ms)
+        if not isinstance(self.allow_eviction, bool):
+            raise InvalidOption(
+                f"allow_eviction must be True or False, got {self.allow_eviction!r}"
+            )

@@ -59,6 +59,14 @@ class ServerOutOfMemory(ServerRefused):
     script is refused whole, before it runs); retry once memory is freed."""
 
 
+class WorkerFailed(EmqError):
+    """A component of a worker (claim loop, heartbeat, maintenance, acknowledgements) failed
+    with an error that is not a server error (a bug). The worker stopped claiming, handed back
+    what it could and its run raised this (the CLI exits non-zero, so a supervisor restarts
+    it); leases it could not settle lapse and the sweep recovers those jobs. The original
+    exception is chained as ``__cause__``."""
+
+
 class UnsafeServer(EmqError):
     """The server is configured in a way that breaks emq's guarantees (an evicting
     ``maxmemory-policy``, or a durability setting it cannot provide)."""
@@ -86,6 +94,11 @@ class InvalidOption(InvalidInput):
 
 class InvalidUrl(InvalidInput):
     """A server URL cannot be used."""
+
+
+class ConflictInBatch(InvalidId, DuplicateConflict):
+    """One explicit job id stands for two different jobs in one ``enqueue_many`` batch.
+    Refused before anything is sent; also a :class:`DuplicateConflict`."""
 
 
 _BY_CLASS: dict[str, type[EmqError]] = {

@@ -31,6 +31,7 @@ from .keys import QueueKeys
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "enqueued": ("attempts", "name", "state"),
     "promoted": (),
+    "missing": ("from",),
     "claimed": ("attempts", "token"),
     "lease_lost": ("token", "via"),
     "completed": ("attempts",),

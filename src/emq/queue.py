@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from . import scripts
+from . import durability, scripts
 from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
 from .config import Backoff, QueueOptions, check_url
 from .errors import EmqError, InvalidOption
 from .events import Event, iter_events
 from .ids import check_id
-from .records import Claimed, EnqueuedId, Job, JobSpec, SweepResult
+from .records import Answer, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .shell import (
     CHUNK,
     DEFAULT_LEASE_MS,
@@ -31,8 +31,11 @@ from .shell import (
     WINDOW,
     ShellBase,
     expect,
+    known_bulk_limit,
     lease_candidates,
     minter_for,
+    note_landed,
+    remember_bulk_limit,
 )
 from .states import Location
 
@@ -55,6 +58,7 @@ class Queue(ShellBase):
         self.client = client
         self._minter = minter_for(client.connection_pool)
         self._mint_lock = threading.Lock()
+        self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> Queue:
@@ -70,8 +74,28 @@ class Queue(ShellBase):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def check_server(self) -> None:
+        """Raise :class:`~emq.errors.UnsafeServer` if the server would break this queue's
+        guarantees (an evicting ``maxmemory-policy``; ``durability="aof"`` it cannot provide).
+        The first call of every queue does this by itself, once per connection pool."""
+        self._guard.check(self.client)
+
     def _run(self, call: Call[Any]) -> Any:
+        guard = self._guard
+        if not guard.ok:
+            guard.check(self.client)
+        if guard.durable(call.script):
+            return call.decode(guard.run(self.client, call.script, [(call.keys, call.args)])[0])
         return call.decode(scripts.run(self.client, call.script, call.keys, call.args))
+
+    def _run_pipelined(self, name: str, batch: durability.Calls) -> list[Any]:
+        """Several calls of one script in one round trip (:func:`emq.scripts.run_pipelined`)."""
+        guard = self._guard
+        if not guard.ok:
+            guard.check(self.client)
+        if guard.durable(name):
+            return guard.run(self.client, name, batch)
+        return scripts.run_pipelined(self.client, name, batch)
 
     def _resend(self, send: Callable[[], T]) -> T:
         """Run an idempotent call, re-sending it unchanged while the server is unreachable."""
@@ -102,6 +126,18 @@ class Queue(ShellBase):
     def new_id(self) -> str:
         return self.new_ids(1)[0]
 
+    def _bulk_limit(self) -> int | None:
+        """The server's proto-max-bulk-len, read once per connection pool (None if CONFIG is
+        refused)."""
+        known, limit = known_bulk_limit(self.client.connection_pool)
+        if known:
+            return limit
+        try:
+            reply: object = self.client.config_get("proto-max-bulk-len")
+        except redis.ResponseError:
+            reply = None
+        return remember_bulk_limit(self.client.connection_pool, reply)
+
     def enqueue(
         self,
         name: str,
@@ -120,19 +156,25 @@ class Queue(ShellBase):
     def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
         groups = self._groups(jobs)
+        if size := self._largest_payload(groups):
+            self._refuse_oversized(size, self._bulk_limit())
         explicit = self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
         calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
             out: list[EnqueuedId] = []
-            for call in calls:
-                out += self._resend(functools.partial(self._run, call))
+            try:
+                for call in calls:
+                    out += self._resend(functools.partial(self._run, call))
+            except Exception as exc:
+                note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
+                raise
             return out
         out = []
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
             window = calls[i : i + WINDOW]
             batch = [(c.keys, c.args) for c in window]
             replies = self._resend(
-                functools.partial(scripts.run_pipelined, self.client, "enqueue", batch)
+                functools.partial(self._run_pipelined, "enqueue", batch)
             )
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
@@ -140,7 +182,7 @@ class Queue(ShellBase):
 
     def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
-    ) -> list[Claimed]:
+    ) -> Claims:
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
         same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
@@ -153,15 +195,18 @@ class Queue(ShellBase):
         expect(deadline, job_id, "extend")
         return int(cast(int, deadline))
 
-    def extend_many(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> list[int]:
-        """Extend many leases in one step; 0 in the result marks a lost lease."""
+    def extend_many(
+        self, pairs: Iterable[tuple[str, int]], lease_ms: int
+    ) -> list[int | Answer]:
+        """Extend many leases in one step: per job the new deadline, or ``Answer.LOST`` /
+        ``Answer.GONE``."""
         return self._run(self.core.extend(pairs, lease_ms))  # type: ignore[no-any-return]
 
     def complete(self, job_id: str, token: int) -> None:
         (ok,) = self._run(self.core.complete([(job_id, token)]))
         expect(ok, job_id, "complete")
 
-    def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[bool]:
+    def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[Answer]:
         return self._run(self.core.complete(pairs))  # type: ignore[no-any-return]
 
     def fail(
@@ -181,7 +226,9 @@ class Queue(ShellBase):
         expect(where, job_id, "fail")
         return str(where)
 
-    def fail_many(self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]) -> list[str]:
+    def fail_many(
+        self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]
+    ) -> list[Answer]:
         return self._run(self.core.fail(items))  # type: ignore[no-any-return]
 
     def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
@@ -190,7 +237,7 @@ class Queue(ShellBase):
         expect(where, job_id, "delay")
         return str(where)
 
-    def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[str]:
+    def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
         return self._run(self.core.delay(items))  # type: ignore[no-any-return]
 
     def promote(self, limit: int = 1000) -> list[str]:
@@ -206,7 +253,8 @@ class Queue(ShellBase):
             r = self.sweep_stalled(max_stalled, limit)
             total.recovered.extend(r.recovered)
             total.dead.extend(r.dead)
-            if len(r.recovered) + len(r.dead) < limit:
+            total.missing.extend(r.missing)
+            if len(r.recovered) + len(r.dead) + len(r.missing) < limit:
                 return total
 
     def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:

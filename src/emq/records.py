@@ -6,6 +6,7 @@ Plain, immutable values; :mod:`emq.calls` builds them from script replies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -50,8 +51,36 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
+    """What one sweep did: ``recovered`` back to pending, ``dead`` dead-lettered, ``missing``
+    ids found in ``active`` without their row (evicted or deleted by hand: dropped from the set,
+    counted in the ``missing`` metric, a ``missing`` event each; never silently)."""
+
     recovered: list[str] = field(default_factory=list)
     dead: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+class Claims(list[Claimed]):
+    """The jobs one claim leased, plus ``missing``: ids the claim found in ``pending`` or
+    ``schedule`` without their row (dropped from the set, counted in the ``missing`` metric and
+    emitted as a ``missing`` event each; the worker logs them)."""
+
+    def __init__(self, jobs: list[Claimed], missing: list[str]) -> None:
+        super().__init__(jobs)
+        self.missing = missing
+
+
+class Answer(StrEnum):
+    """The closed set of per-job answers of the finishing scripts (``ANSWER`` in
+    ``lua/_prelude.lua``). ``LOST``: the job exists but the token no longer holds its lease;
+    ``GONE``: the job has no row (completed, or removed)."""
+
+    COMPLETED = "completed"
+    LOST = "lost"
+    GONE = "gone"
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    DEAD = "dead"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,25 +3,40 @@
 Each ``lua/<name>.lua`` starts with a header (see ``docs/lua-contract.md``) that
 :func:`parse_header` reads; a test checks every header against its Python binding.
 
+What the server runs is ``#!lua`` + the file's header + ``lua/_prelude.lua`` (the shared
+functions) + the file's body: one text, hashed once, so the sha check and the header test see
+exactly what runs. The ``#!lua`` line makes the server refuse a script whole while it is out
+of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half-way.
+
 Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
-``NOSCRIPT`` (after ``SCRIPT FLUSH`` or a server restart) the source is loaded, the returned
-sha is checked against the local one, and the call is re-sent once. A script refusal
-``EMQ<CLASS> detail`` is raised as its :mod:`emq.errors` class.
+``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a failover) the source is loaded, the returned
+sha is checked against the local one, and the call is re-sent; any number of flushes in a row
+are survived for up to :data:`RELOAD_FOR_S` seconds. A script refusal ``EMQ<CLASS> detail`` is
+raised as its :mod:`emq.errors` class, a server refusal (OOM, BUSY, READONLY, NOPERM, ...) as
+:class:`~emq.errors.ServerRefused`, and a lost connection as
+:class:`~emq.errors.ServerUnreachable` (the redis-py error chained).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import EmqError, ScriptError, from_reply
+from .errors import EmqError, ScriptError, ServerUnreachable, from_reply
+
+RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
+PRELUDE_FILE = "_prelude.lua"
+_LOST = (RedisConnectionError, RedisTimeoutError)
 
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
 _ARG_LINE = re.compile(r"^-- ARGV\[(\d+)\]\s+(\S+)\s+(\S+)")
@@ -101,15 +116,27 @@ def parse_header(name: str, source: str) -> Header:
     )
 
 
+def compose(text: str, prelude: str) -> str:
+    """What the server runs for a script file's ``text``: ``#!lua``, the header, the
+    prelude, the body."""
+    lines = text.splitlines(keepends=True)
+    n = next((i for i, line in enumerate(lines) if not line.startswith("--")), len(lines))
+    return "#!lua\n" + "".join(lines[:n]) + prelude + "".join(lines[n:])
+
+
 def _load_all() -> dict[str, Script]:
+    lua = resources.files("emq").joinpath("lua")
+    prelude = lua.joinpath(PRELUDE_FILE).read_text(encoding="utf-8")
     found: dict[str, Script] = {}
-    for entry in resources.files("emq").joinpath("lua").iterdir():
-        if not entry.name.endswith(".lua"):
+    for entry in lua.iterdir():
+        if not entry.name.endswith(".lua") or entry.name.startswith("_"):
             continue
         name = entry.name[:-4]
-        source = entry.read_text(encoding="utf-8")
+        text = entry.read_text(encoding="utf-8")
+        header = parse_header(name, text)
+        source = compose(text, prelude)
         sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-        found[name] = Script(name, source, sha, parse_header(name, source))
+        found[name] = Script(name, source, sha, header)
     return found
 
 
@@ -130,36 +157,52 @@ def _check_loaded(script: Script, sha: Any) -> None:
         )
 
 
+def _reload_or_give_up(script: Script, started: float, exc: NoScriptError) -> None:
+    if time.monotonic() - started > RELOAD_FOR_S:
+        raise ScriptError(
+            f"{script.name}.lua was flushed from the server's script cache again and again "
+            f"for {RELOAD_FOR_S:.0f} s; something keeps running SCRIPT FLUSH: {exc}"
+        ) from exc
+
+
+def _unreachable(exc: Exception) -> ServerUnreachable:
+    err = ServerUnreachable(f"the server could not be reached: {exc}")
+    err.__cause__ = exc
+    return err
+
+
 def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | float]) -> Any:
     """Run script ``name`` EVALSHA-first on a sync client."""
-    script = SCRIPTS[name]
+    script, started = SCRIPTS[name], time.monotonic()
     try:
-        try:
-            return client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            _check_loaded(script, client.script_load(script.source))
-            return client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError as exc:
-        raise ScriptError(f"{name}.lua vanished again right after loading: {exc}") from exc
+        while True:
+            try:
+                return client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError as exc:
+                _reload_or_give_up(script, started, exc)
+                _check_loaded(script, client.script_load(script.source))
     except ResponseError as exc:
         raise _refusal(exc) from None
+    except _LOST as exc:
+        raise _unreachable(exc) from exc
 
 
 async def run_async(
     client: redis.asyncio.Redis, name: str, keys: list[str], args: list[str | int | float]
 ) -> Any:
     """Run script ``name`` EVALSHA-first on an asyncio client."""
-    script = SCRIPTS[name]
+    script, started = SCRIPTS[name], time.monotonic()
     try:
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            _check_loaded(script, await client.script_load(script.source))
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError as exc:
-        raise ScriptError(f"{name}.lua vanished again right after loading: {exc}") from exc
+        while True:
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError as exc:
+                _reload_or_give_up(script, started, exc)
+                _check_loaded(script, await client.script_load(script.source))
     except ResponseError as exc:
         raise _refusal(exc) from None
+    except _LOST as exc:
+        raise _unreachable(exc) from exc
 
 
 def run_pipelined(
@@ -169,10 +212,13 @@ def run_pipelined(
     call is still its own indivisible step). A call answered ``NOSCRIPT`` is re-run alone,
     which loads the script; any other refusal is raised once every reply has been read."""
     script = SCRIPTS[name]
-    with client.pipeline(transaction=False) as pipe:
-        for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = pipe.execute(raise_on_error=False)
+    except _LOST as exc:
+        raise _unreachable(exc) from exc
     out: list[Any] = []
     refusal: EmqError | None = None
     for (keys, args), reply in zip(calls, replies, strict=True):

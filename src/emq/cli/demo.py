@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import LeaseLost
+from ..errors import JobNotFound, LeaseLost
 from ..queue import Queue
 from ..states import Location
 from .common import console, embedded_home, emit_json, line, redact, resolve_url, say, url_option
@@ -245,7 +245,7 @@ def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_
     if stale is not None:
         try:
             q.complete(stale["job"], int(stale["token"]))
-        except LeaseLost:
+        except (LeaseLost, JobNotFound):  # the lease was recovered, or the job since completed
             refused = True
     checks = {
         f"nothing lost: completed {counts['completed']} + dead {counts['dead']} == "

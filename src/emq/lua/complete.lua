@@ -11,8 +11,8 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3..] (id, token)*  one pair per job
--- Returns: array, per job: 1 completed | 0 lease lost (a lease_lost event is appended) |
---   -1 no row: already completed (a resent call whose first reply was lost) or removed
+-- Returns: array, per job: 'completed' | 'lost' (a lease_lost event is appended) | 'gone' (no
+--   row: already completed, by a resent call whose first reply was lost, or removed)
 -- Errors: none
 -- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -21,23 +21,9 @@ local k_events = KEYS[3]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local out = {}
 local done = 0
 for i = 3, #ARGV, 2 do
@@ -46,7 +32,7 @@ for i = 3, #ARGV, 2 do
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup')
   if not f[1] then
-    out[#out + 1] = -1
+    out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
@@ -54,10 +40,10 @@ for i = 3, #ARGV, 2 do
     end
     redis.call('DEL', row)
     done = done + 1
-    out[#out + 1] = 1
+    out[#out + 1] = ANSWER.completed
     emit('event', 'completed', 'job', id, 'attempts', f[2])
   else
-    out[#out + 1] = 0
+    out[#out + 1] = ANSWER.lost
     emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'complete')
   end
 end

@@ -13,7 +13,8 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3..] (id, token, delay_ms)*  one group per job; delay_ms 0 = back to pending now
--- Returns: array, per job: 'pending' | 'scheduled' | 'lost'
+-- Returns: array, per job: 'pending' | 'scheduled' | 'lost' (a lease_lost event is appended) |
+--   'gone' (no row: completed or removed)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -24,23 +25,9 @@ local k_wake = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local out = {}
 local ready = 0
 for i = 3, #ARGV, 3 do
@@ -48,27 +35,26 @@ for i = 3, #ARGV, 3 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'priority')
-  if score and tonumber(score) > now and f[1] == token then
+  if not f[1] then
+    out[#out + 1] = ANSWER.gone
+  elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     local attempts = redis.call('HINCRBY', row, 'attempts', -1)
     if delay > 0 then
       redis.call('HSET', row, 'state', 'scheduled')
       redis.call('ZADD', k_schedule, now + delay, id)
-      out[#out + 1] = 'scheduled'
+      out[#out + 1] = ANSWER.scheduled
     else
       redis.call('HSET', row, 'state', 'pending')
       redis.call('ZADD', k_pending, f[2], id)
       ready = ready + 1
-      out[#out + 1] = 'pending'
+      out[#out + 1] = ANSWER.pending
     end
     emit('event', 'delayed', 'job', id, 'attempts', attempts, 'delay_ms', delay)
   else
-    out[#out + 1] = 'lost'
+    out[#out + 1] = ANSWER.lost
     emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'delay')
   end
 end
-if ready > 0 then
-  redis.call('LPUSH', k_wake, '1')
-  redis.call('LTRIM', k_wake, 0, 31)
-end
+wake(k_wake, ready)
 return finish(out)

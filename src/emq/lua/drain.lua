@@ -20,20 +20,7 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
 local removed = 0
 for _, set in ipairs({k_pending, k_schedule}) do

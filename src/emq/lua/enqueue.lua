@@ -26,23 +26,9 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local GROUP = 7
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 
 -- pass 1: decide every job, write nothing
 local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
@@ -115,9 +101,6 @@ end
 
 if ready > 0 then
   redis.call('ZADD', k_pending, unpack(waiting))
-  local tokens = {}
-  for n = 1, math.min(ready, 32) do tokens[n] = '1' end
-  redis.call('LPUSH', k_wake, unpack(tokens))
-  redis.call('LTRIM', k_wake, 0, 31)
+  wake(k_wake, ready)
 end
 return finish(out)

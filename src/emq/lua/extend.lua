@@ -11,8 +11,10 @@
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] lease_ms   integer new lease length from now, ms, > 0
 -- ARGV[4..] (id, token)*  one pair per job
--- Returns: array, per job: the new deadline ms, or 0 when the lease is lost
---          (a lease_lost event is appended for each)
+-- Returns: array, per job: the new deadline ms | 'lost' (the job exists but this token no
+--          longer holds its lease: a lease_lost event is appended) | 'gone' (no row: the job
+--          was completed, for instance by an ack that crossed this heartbeat, or removed; no
+--          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -21,33 +23,21 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local out = {}
 for i = 4, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local score = redis.call('ZSCORE', k_active, id)
-  local row = prefix .. 'job:' .. id
-  if score and tonumber(score) > now and redis.call('HGET', row, 'token') == token then
+  local held = redis.call('HGET', prefix .. 'job:' .. id, 'token')
+  if not held then
+    out[#out + 1] = ANSWER.gone
+  elseif score and tonumber(score) > now and held == token then
     redis.call('ZADD', k_active, 'XX', now + lease_ms, id)
     out[#out + 1] = now + lease_ms
   else
-    out[#out + 1] = 0
+    out[#out + 1] = ANSWER.lost
     emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'extend')
   end
 end

@@ -16,7 +16,8 @@
 -- ARGV[3..] (id, token, error, retry, base_ms, cap_ms, factor, draw)*  one group per job;
 --           retry 1 = may retry, 0 = dead now; base_ms and cap_ms in ms; factor 1 = fixed,
 --           2 = exponential; draw in [0, 1) is the jitter fraction taken off the delay
--- Returns: array, per job: 'scheduled' | 'dead' | 'lost'
+-- Returns: array, per job: 'scheduled' | 'dead' | 'lost' (a lease_lost event is appended) |
+--   'gone' (no row: completed or removed)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -27,23 +28,9 @@ local k_events = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local out = {}
 for i = 3, #ARGV, 8 do
   local id, token, err, retry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -53,7 +40,9 @@ for i = 3, #ARGV, 8 do
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
     'stalled')
-  if score and tonumber(score) > now and f[1] == token then
+  if not f[1] then
+    out[#out + 1] = ANSWER.gone
+  elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     redis.call('HINCRBY', k_metrics, 'failed', 1)
     local attempts = tonumber(f[2])
@@ -62,18 +51,18 @@ for i = 3, #ARGV, 8 do
       delay = math.floor(delay * (1 - draw))
       redis.call('HSET', row, 'state', 'scheduled', 'last_error', err)
       redis.call('ZADD', k_schedule, now + delay, id)
-      out[#out + 1] = 'scheduled'
+      out[#out + 1] = ANSWER.scheduled
       emit('event', 'retrying', 'job', id, 'attempts', f[2], 'error', err, 'delay_ms', delay)
     else
       redis.call('HSET', row, 'state', 'dead', 'last_error', err, 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       redis.call('HINCRBY', k_metrics, 'dead', 1)
-      out[#out + 1] = 'dead'
+      out[#out + 1] = ANSWER.dead
       emit('event', 'dead', 'job', id, 'attempts', f[2], 'error', err, 'name', f[4],
         'payload', f[5], 'stalled', f[6])
     end
   else
-    out[#out + 1] = 'lost'
+    out[#out + 1] = ANSWER.lost
     emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'fail')
   end
 end

@@ -26,20 +26,7 @@ local maxlen = tonumber(ARGV[2])
 local keep_counters = ARGV[3]
 local all_limit = tonumber(ARGV[4])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
 local ids = {}
 if all_limit > 0 then
@@ -62,8 +49,5 @@ for _, id in ipairs(ids) do
     end
   end
 end
-if #out > 0 then
-  redis.call('LPUSH', k_wake, '1')
-  redis.call('LTRIM', k_wake, 0, 31)
-end
+wake(k_wake, #out)
 return finish(out)

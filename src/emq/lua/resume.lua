@@ -14,23 +14,9 @@ local k_events = KEYS[2]
 local k_wake = KEYS[3]
 local maxlen = tonumber(ARGV[1])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
 local changed = redis.call('HDEL', k_meta, 'paused')
 emit('event', 'resumed')
-redis.call('LPUSH', k_wake, '1')
-redis.call('LTRIM', k_wake, 0, 31)
+wake(k_wake, 32)  -- every parked worker
 return finish(changed)

@@ -17,7 +17,8 @@
 -- ARGV[2] maxlen       integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] max_stalled  integer stall count at which a job is dead-lettered; 0 = never
 -- ARGV[4] limit        integer most expired leases to handle in this call, 1..10000
--- Returns: two arrays: {recovered ids}, {dead ids}
+-- Returns: three arrays: {recovered ids}, {dead ids}, {missing ids: found without their row,
+--          dropped from active, counted in metrics 'missing', a 'missing' event each}
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -31,24 +32,10 @@ local maxlen = tonumber(ARGV[2])
 local max_stalled = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 
--- events: appended by the emit function, trimmed once per call by finish (approximate MAXLEN),
--- unless an archiver owns retention (events:archived exists)
-local trim = maxlen > 0 and redis.call('EXISTS', k_events .. ':archived') == 0
-local emitted = false
-local function emit(...)
-  if maxlen ~= 0 then
-    redis.call('XADD', k_events, '*', ...)
-    emitted = true
-  end
-end
-local function finish(reply)
-  if emitted and trim then redis.call('XTRIM', k_events, 'MAXLEN', '~', maxlen) end
-  return reply
-end
+use_events(k_events, maxlen)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local recovered, dead = {}, {}
+local now = server_ms()
+local recovered, dead, missing = {}, {}, {}
 local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
@@ -69,14 +56,15 @@ for _, id in ipairs(expired) do
       recovered[#recovered + 1] = id
       emit('event', 'stalled', 'job', id, 'attempts', f[1], 'stalled', stalled)
     end
+  else
+    missing[#missing + 1] = id
+    emit('event', 'missing', 'job', id, 'from', 'active')
   end
 end
+if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
 if #recovered > 0 then
   redis.call('HINCRBY', k_metrics, 'recovered', #recovered)
-  local tokens = {}
-  for n = 1, math.min(#recovered, 32) do tokens[n] = '1' end
-  redis.call('LPUSH', k_wake, unpack(tokens))
-  redis.call('LTRIM', k_wake, 0, 31)
+  wake(k_wake, #recovered)
 end
 if #dead > 0 then redis.call('HINCRBY', k_metrics, 'dead', #dead) end
-return finish({recovered, dead})
+return finish({recovered, dead, missing})

@@ -8,6 +8,10 @@ the round trip and acknowledging adds no round trip per job. A finished handler'
 free at once: its ack waits here, and the heartbeat keeps renewing its lease until the ack
 has landed. The ack is still fenced: the server applies it only if the lease is still held.
 
+Server errors: an ack that fails for any server error (unreachable, out of memory, a refusal)
+is re-sent with backoff until it lands, logged once per episode; its lease is renewed
+meanwhile. Any other exception (a bug) ends :meth:`run` with it, and the worker stops.
+
 A lost reply: when the connection drops while an ack is in flight, it is re-sent once the
 server is back. If the first send had in fact been applied, the re-send is refused as a lost
 lease. The worker does not guess: it reads the row. For ``complete``, a missing row means the
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
-from .connect import OUTAGE_ERRORS, Outage
+from ..records import Answer
+from .connect import SERVER_ERRORS, Outage
 from .execute import Outcome
 from .heartbeat import Lease
 
@@ -72,9 +77,6 @@ class AckBuffer:
         self.outstanding += 1
         self._event.set()
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def close(self) -> None:
         """Flush what is queued, then let :meth:`run` return."""
         self._closing = True
@@ -88,14 +90,6 @@ class AckBuffer:
             if batch:
                 try:
                     await self.flush(batch)
-                except Exception as exc:  # not an outage (those are retried): a bug or refusal
-                    # leave these leases to lapse (the sweep recovers the jobs) rather than
-                    # renew them forever; the worker goes on acknowledging the rest
-                    self._log.error(
-                        "acknowledgements failed; their leases will lapse",
-                        extra={"emq": {"event": "ack_failed", "count": len(batch)}},
-                        exc_info=exc,
-                    )
                 finally:
                     self.outstanding -= len(batch)
                 if self._landed is not None:
@@ -121,20 +115,19 @@ class AckBuffer:
         while True:
             try:
                 result = await send()
-            except OUTAGE_ERRORS as exc:
+            except SERVER_ERRORS as exc:
                 retried = True
                 await asyncio.sleep(self._outage.failed(exc, where))
                 continue
-            self._outage.ok()
+            self._outage.ok(where)
             return result, retried
 
     async def _send(self, kind: str, acks: list[Ack]) -> None:
         q = acks[0].queue
-        answers: list[str]
+        answers: list[Answer]
         if kind == "complete":
             pairs = [(a.lease.id, a.lease.token) for a in acks]
-            oks, retried = await self._retry("complete", lambda: q.complete_many(pairs))
-            answers = ["completed" if ok else "lost" for ok in oks]
+            answers, retried = await self._retry("complete", lambda: q.complete_many(pairs))
         else:
             items = [
                 (a.lease.id, a.lease.token, a.outcome.error, a.outcome.retry, a.outcome.backoff)
@@ -142,11 +135,11 @@ class AckBuffer:
             ]
             answers, retried = await self._retry("fail", lambda: q.fail_many(items))
         for ack, answer in zip(acks, answers, strict=True):
-            if answer == "lost" and retried:
-                answer = await self._settle(kind, ack)
+            if answer in (Answer.LOST, Answer.GONE):
+                answer = await self._settle(kind, ack) if retried else Answer.LOST
             self._report(ack, answer)
 
-    async def _settle(self, kind: str, ack: Ack) -> str:
+    async def _settle(self, kind: str, ack: Ack) -> Answer:
         """A re-sent ack was refused: find out from the row whether the first send landed."""
         q, lease = ack.queue, ack.lease
         row: Any
@@ -155,11 +148,11 @@ class AckBuffer:
         )
         token, state = row
         if kind == "complete" and token is None:
-            answer = "completed"
+            answer = Answer.COMPLETED
         elif kind == "fail" and token == str(lease.token) and state in ("scheduled", "dead"):
-            answer = "scheduled" if state == "scheduled" else "dead"
+            answer = Answer.SCHEDULED if state == "scheduled" else Answer.DEAD
         else:
-            return "lost"
+            return Answer.LOST
         self.uncertain += 1
         self._log.warning(
             "an acknowledgement's reply was lost; the row shows it was applied",

@@ -20,11 +20,21 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..config import check_url
+from ..config import check_url, redact_url
+from ..errors import ScriptError, ServerRefused
 from ..shell import UNREACHABLE
 
 OUTAGE_ERRORS = UNREACHABLE
-"""Errors that mean "the server is unreachable (or restarting)"; everything else is a bug."""
+"""Errors that mean "the server is unreachable (or restarting)"."""
+SERVER_ERRORS: tuple[type[BaseException], ...] = (
+    *UNREACHABLE,
+    redis.RedisError,
+    ServerRefused,
+    ScriptError,
+)
+"""Every error that comes from the server (unreachable, or refusing: OOM, BUSY, READONLY,
+NOPERM, a script cache flushed again and again). A worker component retries through these
+with backoff; any other exception is a bug in emq or the worker stops (it exits non-zero)."""
 
 _COPIED = (
     "host",
@@ -59,6 +69,16 @@ class ClientFactory:
             cls_name = pool.connection_class.__name__
             ssl = "rediss" if "SSL" in cls_name else "redis"
             self.scheme = "unix" if "Unix" in cls_name else ssl
+
+    @property
+    def shown_url(self) -> str:
+        """The server's URL for logs, its password redacted."""
+        if self.url is not None:
+            return redact_url(self.url)
+        if self.scheme == "unix":
+            return f"unix://{self.kwargs.get('path', '')}"
+        where = f"{self.kwargs.get('host', '')}:{self.kwargs.get('port', '')}"
+        return f"{self.scheme}://{where}/{self.kwargs.get('db', 0)}"
 
     def _common(self, socket_timeout: float | None) -> dict[str, Any]:
         return {
@@ -96,60 +116,89 @@ class ClientFactory:
 QUIET = 3
 
 
-class Outage:
-    """Shared by every part of one worker (loop and heartbeat thread).
+def describe_error(exc: BaseException) -> tuple[str, str]:
+    """``(kind, text)`` of a server error for a log line: kind is ``unreachable`` (the server
+    is away), ``refused`` (it answered no: OOM, BUSY, READONLY, NOPERM, ...) or ``error``."""
+    if isinstance(exc, OUTAGE_ERRORS):
+        kind = "unreachable"
+    elif isinstance(exc, ServerRefused | redis.ResponseError):
+        kind = "refused"
+    else:
+        kind = "error"
+    return kind, f"{type(exc).__name__}: {exc}"[:500]
 
-    :meth:`failed` logs an outage once, counts it, and returns how
-    long to wait before the next try: exponential from ``base_s`` to ``cap_s``, each delay
-    drawn uniformly from its upper half so a fleet does not reconnect in lockstep.
-    :meth:`ok` logs the recovery once.
+
+class Outage:
+    """One worker's episodes of server trouble, shared by every component (the loop's claim,
+    park, acks and maintenance, and the heartbeat thread).
+
+    An episode starts with the first failure of any component and ends once every component
+    that failed during it has succeeded again; it is logged once when it starts (with the
+    component, the cause and the server's redacted URL) and once when it ends. The first
+    ``QUIET`` unreachable failures in a row are retried at once and not logged: after a server
+    restart each pooled connection is dead, and one failed use of each is no outage.
+    :meth:`failed` returns the delay before the component's next try: exponential from
+    ``base_s`` to ``cap_s``, drawn from its upper half so a fleet does not retry in lockstep.
     """
 
-    def __init__(self, log: logging.Logger, base_s: float = 0.05, cap_s: float = 2.0) -> None:
+    def __init__(
+        self, log: logging.Logger, url: str = "", base_s: float = 0.05, cap_s: float = 2.0
+    ) -> None:
         self._log = log
+        self._url = url
         self._base = base_s
         self._cap = cap_s
         self._lock = threading.Lock()
-        self._since: float | None = None
-        self._tries = 0
+        self._failing: dict[str, int] = {}  # component -> failures in a row
+        self._logged = False
         self._first = 0.0
-        self.count = 0
+        self._kinds: set[str] = set()
+        self.count = 0  # episodes logged
 
     @property
     def down(self) -> bool:
-        return self._since is not None
+        return bool(self._failing)
 
     def failed(self, exc: BaseException, where: str) -> float:
-        """Record a failed call; returns the delay before the next try. The first
-        ``QUIET`` failures in a row are retried at once and not logged: after a server
-        restart each pooled connection is dead, and one failed use of each is no outage."""
+        """Record a failed call of component ``where``; returns the delay before its next
+        try."""
+        kind, text = describe_error(exc)
         with self._lock:
-            self._tries += 1
-            if self._tries == 1:
+            if not self._failing:
                 self._first = time.monotonic()
-            if self._tries <= QUIET:
+                self._kinds = set()
+            tries = self._failing[where] = self._failing.get(where, 0) + 1
+            self._kinds.add(kind)
+            if kind == "unreachable" and tries <= QUIET and not self._logged:
                 return 0.0
-            if self._since is None:
-                self._since = self._first
+            if not self._logged:
+                self._logged = True
                 self.count += 1
-                self._log.warning(
-                    "server unreachable; retrying with backoff",
-                    extra={"emq": {"event": "outage", "where": where, "error": repr(exc)}},
-                )
-            delay = min(self._cap, self._base * 2 ** min(self._tries, 16))
+                what = "server unreachable" if kind == "unreachable" else "server call failed"
+                self._log.log(
+                    logging.WARNING if kind == "unreachable" else logging.ERROR,
+                    f"{what} ({where}); retrying with backoff",
+                    extra={"emq": {"event": "outage", "where": where, "kind": kind,
+                                   "error": text, "url": self._url}},
+                )  # fmt: skip
+            delay = min(self._cap, self._base * 2 ** min(tries, 16))
         return random.uniform(delay / 2, delay)
 
-    def ok(self) -> None:
-        """Record a successful call; logs the end of an outage once."""
-        if self._tries == 0:
+    def ok(self, where: str) -> None:
+        """Record a successful call of ``where``; logs the end of an episode once."""
+        if where not in self._failing:  # the hot path: nothing was failing here
             return
         with self._lock:
-            self._tries = 0
-            since, self._since = self._since, None
-        if since is None:
-            return
-        down_s = time.monotonic() - since
+            self._failing.pop(where, None)
+            if self._failing or not self._logged:
+                if not self._failing:
+                    self._logged = False
+                return
+            self._logged = False
+            down_s = time.monotonic() - self._first
+            kinds = sorted(self._kinds)
         self._log.warning(
-            "server reachable again",
-            extra={"emq": {"event": "reconnected", "down_ms": round(down_s * 1000)}},
-        )
+            "server calls succeed again",
+            extra={"emq": {"event": "reconnected", "down_ms": round(down_s * 1000),
+                           "kinds": kinds, "url": self._url}},
+        )  # fmt: skip

@@ -11,7 +11,12 @@ most the longest GIL hold in the process plus a few switch intervals, and a leas
 if that exceeds ``lease_ms - heartbeat_ms``. Run GIL-holding code in another process.
 
 Each beat extends every held lease of a queue in one ``extend`` call (chunks of 1,000). A
-lease the server refuses (0) is reported once through ``on_lost`` and dropped.
+lease the server refuses (``lost``, or ``gone``: its row was removed) is reported once through
+``on_lost`` and dropped, unless its ack is already on its way (then the ack's answer rules).
+
+The thread cannot die silently: a server error (unreachable, out of memory, any refusal) is
+logged once per episode and the beat retried with backoff; any other exception is handed to
+``on_crash`` (the worker then stops claiming and its run raises) before the thread ends.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..queue import Queue
-from .connect import OUTAGE_ERRORS, Outage
+from ..records import Answer
+from .connect import SERVER_ERRORS, Outage
 
 CHUNK = 1_000
 
@@ -51,6 +57,7 @@ class Heartbeat:
         lease_ms: int,
         interval_s: float,
         on_lost: Callable[[Lease], None],
+        on_crash: Callable[[BaseException], None],
         outage: Outage,
         log: logging.Logger,
     ) -> None:
@@ -58,6 +65,7 @@ class Heartbeat:
         self._lease_ms = lease_ms
         self._interval = interval_s
         self._on_lost = on_lost
+        self._on_crash = on_crash
         self._outage = outage
         self._log = log
         self._leases: set[Lease] = set()  # by identity: one id can be held twice
@@ -78,10 +86,6 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def add(self, lease: Lease) -> None:
-        with self._lock:
-            self._leases.add(lease)
-
     def add_many(self, leases: Iterable[Lease]) -> None:
         with self._lock:
             self._leases.update(leases)
@@ -101,11 +105,17 @@ class Heartbeat:
         """Ask for a beat as soon as the thread can run (never blocks)."""
         self._wake.set()
 
-    def held(self) -> int:
-        with self._lock:
-            return len(self._leases)
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug: never end silently
+            self._on_crash(exc)
+
+    def _loop(self) -> None:
         due = time.monotonic() + self._interval
         while not self._stop.is_set():
             woken = self._wake.wait(max(0.0, due - time.monotonic()))
@@ -115,12 +125,17 @@ class Heartbeat:
             if not woken:
                 self.max_late_s = max(self.max_late_s, now - due)
             self._wake.clear()
-            ok = self.beat()
-            # while the server is away, try again sooner than a full period
-            due = now + (self._interval if ok else min(self._interval, 0.25))
+            try:
+                self.beat()
+            except SERVER_ERRORS as exc:
+                # while the server is away or refusing, try again sooner than a full period
+                due = now + min(self._interval, max(0.05, self._outage.failed(exc, "heartbeat")))
+                continue
+            self._outage.ok("heartbeat")
+            due = now + self._interval
 
-    def beat(self) -> bool:
-        """Extend every held lease once; False if the server could not be reached."""
+    def beat(self) -> None:
+        """Extend every held lease once; a server error is raised to the caller."""
         with self._lock:
             snapshot = list(self._leases)
         by_queue: dict[str, list[Lease]] = {}
@@ -129,19 +144,13 @@ class Heartbeat:
         for name, leases in by_queue.items():
             for start in range(0, len(leases), CHUNK):
                 chunk = leases[start : start + CHUNK]
-                try:
-                    deadlines = self._queues[name].extend_many(
-                        [(x.id, x.token) for x in chunk], self._lease_ms
-                    )
-                except OUTAGE_ERRORS as exc:
-                    self._outage.failed(exc, "heartbeat")
-                    return False
-                self._outage.ok()
+                deadlines = self._queues[name].extend_many(
+                    [(x.id, x.token) for x in chunk], self._lease_ms
+                )
                 for lease, deadline in zip(chunk, deadlines, strict=True):
-                    if deadline == 0:
+                    if deadline in (Answer.LOST, Answer.GONE):
                         self._refused(lease)
         self.beats += 1
-        return True
 
     def _refused(self, lease: Lease) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 
 from ..async_queue import AsyncQueue
-from .connect import OUTAGE_ERRORS, Outage
+from .connect import SERVER_ERRORS, Outage
 from .options import WorkerOptions, WorkerStats
 
 
@@ -45,16 +45,20 @@ class Maintenance:
         return min(self._opts.stalled_interval_ms, 1_000) / 1000
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Beat until ``stop`` is set. Server errors are logged (once per outage) and the
-        beat simply tries again next period."""
+        """Beat until ``stop`` is set. A server error (unreachable, out of memory, any
+        refusal) is logged once per episode and the beat tried again after a backoff no
+        longer than its period; any other exception ends the task with it (the worker then
+        stops and its run raises: it never goes on without its sweeper)."""
         while not stop.is_set():
+            wait = self.period_s
             try:
                 await self.beat()
-                self._outage.ok()
-            except OUTAGE_ERRORS as exc:
-                self._outage.failed(exc, "maintenance")
+            except SERVER_ERRORS as exc:
+                wait = min(wait, self._outage.failed(exc, "maintenance"))
+            else:
+                self._outage.ok("maintenance")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.period_s)
+                await asyncio.wait_for(stop.wait(), wait)
 
     async def beat(self) -> None:
         for q in self._queues:
@@ -76,6 +80,12 @@ class Maintenance:
         self._stats.sweeps += 1
         self._stats.recovered += len(result.recovered)
         self._stats.swept_dead += len(result.dead)
+        self._stats.missing += len(result.missing)
+        for job_id in result.missing:
+            self._log.error(
+                "job id in active without its row (evicted or deleted by hand); dropped",
+                extra={"emq": {"event": "missing", "queue": q.name, "job": job_id}},
+            )
         for job_id in result.recovered:
             self._log.warning(
                 "stalled job recovered to pending",

@@ -155,6 +155,7 @@ class WorkerStats:
     given_back: int = 0
     recovered: int = 0
     swept_dead: int = 0
+    missing: int = 0  # ids found without their row (claim, sweep): dropped, logged, counted
     sweeps: int = 0
     outages: int = 0
     uncertain_acks: int = 0

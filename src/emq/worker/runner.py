@@ -27,7 +27,7 @@ from ..config import QueueOptions
 from ..queue import Queue
 from ..records import Claimed
 from .acks import Ack, AckBuffer
-from .connect import OUTAGE_ERRORS, ClientFactory, Outage
+from .connect import SERVER_ERRORS, ClientFactory, Outage
 from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
 from .maintenance import Maintenance
@@ -61,12 +61,14 @@ class Runner:
         ]
         self.loop = asyncio.get_running_loop()
         self.stop = asyncio.Event()
-        self.outage = Outage(log)
+        self.crashed: tuple[str, BaseException] | None = None  # the first component to fail
+        self.outage = Outage(log, factory.shown_url)
         self.hb = Heartbeat(
             {n: Queue(self.sync, n, options=opt) for n, opt in queues.items()},
             lease_ms=o.lease_ms,
             interval_s=o.beat_ms / 1000,
             on_lost=self._lost_from_thread,
+            on_crash=self._crash_from_thread,
             outage=self.outage,
             log=log,
         )
@@ -107,6 +109,34 @@ class Runner:
         self.stats.uncertain_acks = self.acks.uncertain
         self.stats.heartbeats = self.hb.beats
         self.stats.heartbeat_max_late_ms = round(self.hb.max_late_s * 1000, 1)
+
+    def crash(self, component: str, exc: BaseException) -> None:
+        """A component cannot go on (an error that is not a server error): stop claiming and
+        make the run raise :class:`~emq.errors.WorkerFailed`. Never silent."""
+        if self.crashed is None:
+            self.crashed = (component, exc)
+            self.event(
+                "error",
+                f"{component} failed: {type(exc).__name__}: {exc}; the worker stops",
+                "crashed",
+                component=component,
+                error=repr(exc)[:500],
+            )
+        self.stop.set()
+        self.room.set()
+
+    def _crash_from_thread(self, exc: BaseException) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self.loop.call_soon_threadsafe(self.crash, "heartbeat", exc)
+
+    def watch(self, component: str, task: asyncio.Task[Any]) -> None:
+        """Crash the run if ``task`` ends with an exception (not by cancellation)."""
+
+        def done(t: asyncio.Task[Any]) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                self.crash(component, t.exception())  # type: ignore[arg-type]
+
+        task.add_done_callback(done)
 
     @property
     def live(self) -> set[Held]:
@@ -178,11 +208,24 @@ class Runner:
                     consumed = max(consumed, want)  # the whole batch could have run meanwhile
                 self._tune(consumed)
             self._last_reply = landed
+            if jobs.missing:
+                self._missing(q, jobs.missing)
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
         self._rr += 1
         return total
+
+    def _missing(self, q: AsyncQueue, ids: list[str]) -> None:
+        self.stats.missing += len(ids)
+        for job_id in ids:
+            self.event(
+                "error",
+                "job id without its row (evicted or deleted by hand); dropped",
+                "missing",
+                queue=q.name,
+                job=job_id,
+            )
 
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
         name, beat = q.name, self.hb.beat_now
@@ -202,14 +245,16 @@ class Runner:
         await self.first(pop, *extra)
         if not pop.done():
             pop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *OUTAGE_ERRORS):
+            with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
                 await pop
             return
         exc = pop.exception()
-        if isinstance(exc, OUTAGE_ERRORS):
+        if isinstance(exc, SERVER_ERRORS):
             await self.first(asyncio.sleep(self.outage.failed(exc, "park")))
         elif exc is not None:
             raise exc
+        else:
+            self.outage.ok("park")
 
     async def first(self, *aws: Awaitable[Any]) -> None:
         """Wait for the first of ``aws`` or the stop event. Tasks made here from coroutines
@@ -225,16 +270,17 @@ class Runner:
             stop.cancel()
 
     async def retry(self, where: str, send: Callable[[], Awaitable[T]]) -> T | None:
-        """Send until it succeeds, backing off through outages; None once the worker stops."""
+        """Send until it succeeds, backing off through every server error (unreachable,
+        out of memory, any refusal); None once the worker stops."""
         while True:
             try:
                 result = await send()
-            except OUTAGE_ERRORS as exc:
+            except SERVER_ERRORS as exc:
                 await self.first(asyncio.sleep(self.outage.failed(exc, where)))
                 if self.stop.is_set():
                     return None
                 continue
-            self.outage.ok()
+            self.outage.ok(where)
             return result
 
     # -- running --------------------------------------------------------------------------

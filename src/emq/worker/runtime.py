@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
-from ..config import Backoff, QueueOptions
-from ..errors import InvalidOption
+from ..calls import check_job_name
+from ..config import Backoff, QueueOptions, check_url
+from ..durability import check_queues
+from ..errors import EmqError, InvalidOption, WorkerFailed
+from ..keys import QueueKeys
 from ..queue import Queue
 from .connect import ClientFactory
 from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
@@ -61,8 +64,13 @@ class Worker:
         items = [queues] if isinstance(queues, str | Queue | AsyncQueue) else list(queues)
         if not items:
             raise InvalidOption("a worker needs at least one queue")
+        for item in items:
+            if isinstance(item, str):
+                QueueKeys.of(item)  # InvalidName now, not at run()
+            elif not isinstance(item, Queue | AsyncQueue):
+                raise InvalidOption(f"a worker's queues are names or Queue objects, got {item!r}")
         self._targets: list[QueueLike] = items
-        self.url = url
+        self.url = check_url(url) if url is not None else None
         self.options = options or WorkerOptions()
         self.configure(concurrency=concurrency, lease_ms=lease_ms)
         self.handlers: dict[str, HandlerSpec] = {}
@@ -72,6 +80,9 @@ class Worker:
         self.stats = WorkerStats()
         self.forced = False
         self._runner: Runner | None = None
+        self._lock = threading.Lock()
+        self._running = False
+        self._stop_asked = False  # stop() before run() had its runner: honoured at start
 
     def configure(self, **changes: Any) -> None:
         """Replace fields of :attr:`options` (``None`` values are ignored); validated."""
@@ -91,6 +102,7 @@ class Worker:
         """Register ``fn`` for jobs named ``name``, with an optional retry policy of its own:
         ``max_attempts`` (the job's own, set at enqueue, also applies: the smaller wins),
         ``timeout_ms`` (hard limit of one attempt), ``backoff`` (delay before a retry)."""
+        check_job_name(name)
         self.handlers[name] = HandlerSpec.of(
             name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff
         )
@@ -127,11 +139,15 @@ class Worker:
         return isinstance(self._targets[0], str)
 
     def stop(self) -> None:
-        """Ask for a graceful stop; safe from any thread."""
-        runner = self._runner
-        if runner is not None:
-            with contextlib.suppress(RuntimeError):
-                runner.loop.call_soon_threadsafe(runner.stop.set)
+        """Ask for a graceful stop; safe from any thread, at any moment: a stop asked
+        before :meth:`run` has started ends that run as soon as it starts."""
+        with self._lock:
+            runner = self._runner
+            if runner is None:
+                self._stop_asked = True
+                return
+        with contextlib.suppress(RuntimeError):
+            runner.loop.call_soon_threadsafe(runner.stop.set)
 
     def run_sync(self, *, handle_signals: bool = True) -> None:
         """Run in a new event loop until stopped (or, in burst mode, until idle)."""
@@ -141,8 +157,25 @@ class Worker:
         """Run until :meth:`stop`, SIGTERM/SIGINT (with ``handle_signals``), or, in burst
         mode, until nothing is claimable and nothing is held. A second signal stops at once:
         held leases are left to lapse and the sweep recovers those jobs (``forced`` is set).
+
+        No component dies silently: server errors are retried with backoff (logged once per
+        episode); any other failure of the claim loop, heartbeat, maintenance or acks stops
+        the worker and raises :class:`~emq.errors.WorkerFailed`. A second concurrent run of
+        one worker is refused (:class:`~emq.errors.EmqError`).
         """
-        run = self._runner = Runner(
+        with self._lock:
+            if self._running:
+                raise EmqError("this worker is already running; make another Worker to run twice")
+            self._running = True
+        try:
+            await self._run(handle_signals)
+        finally:
+            with self._lock:
+                self._running, self._runner, self._stop_asked = False, None, False
+
+    async def _run(self, handle_signals: bool) -> None:
+        await check_queues(self._factory().asyncio(), self._queue_options())  # UnsafeServer
+        run = Runner(
             self._factory(),
             self._queue_options(),
             self.handlers,
@@ -150,6 +183,10 @@ class Worker:
             self.stats,
             self.log,
         )
+        with self._lock:
+            self._runner = run
+            if self._stop_asked:
+                run.stop.set()
         main = asyncio.current_task()
         signals = handle_signals and threading.current_thread() is threading.main_thread()
         if signals and main is not None:
@@ -158,6 +195,8 @@ class Worker:
         run.hb.start()
         beat = asyncio.create_task(run.beat.run(run.stop), name="emq-beat")
         flusher = asyncio.create_task(run.acks.run(), name="emq-acks")
+        run.watch("maintenance", beat)
+        run.watch("acks", flusher)
         o = self.options
         run.event(
             "info",
@@ -169,8 +208,14 @@ class Worker:
             handlers=sorted(self.handlers),
         )
         try:
-            await run.claim_loop()
-            await drain(run, flusher)
+            try:
+                await run.claim_loop()
+            except Exception as exc:  # a bug in the claim loop: stop, hand back, then raise
+                run.crash("claim", exc)
+            try:
+                await drain(run, flusher)
+            except Exception as exc:
+                run.crash("drain", exc)
         except asyncio.CancelledError:
             if not self.forced:
                 raise
@@ -187,6 +232,10 @@ class Worker:
             run.event(
                 "info", "worker stopped", "stopped", forced=self.forced, **self.stats.as_dict()
             )
+        if run.crashed is not None:
+            component, cause = run.crashed
+            message = f"the worker's {component} failed: {type(cause).__name__}: {cause}"
+            raise WorkerFailed(message) from cause
 
     def _on_signal(self, sig: signal.Signals, main: asyncio.Task[Any]) -> None:
         run = self._runner

@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import time
 
-from .connect import OUTAGE_ERRORS
+from ..records import Answer
+from .connect import SERVER_ERRORS
 from .execute import Held
 from .runner import Runner
 
@@ -57,19 +58,20 @@ async def give_back(run: Runner, deadline: float) -> None:
         items = [(j.id, j.token, 0) for j in jobs]
         for j in jobs:
             j.finishing = True
-        answers: list[str] | None = None
+        answers: list[Answer] | None = None
         while answers is None and time.monotonic() < deadline:
             try:
                 answers = await q.delay_many(items)
-            except OUTAGE_ERRORS as exc:
+            except SERVER_ERRORS as exc:
                 await asyncio.sleep(run.outage.failed(exc, "give_back"))
-        run.outage.ok()
-        got = answers or ["lost"] * len(jobs)
+        run.outage.ok("give_back")
+        refused = (Answer.LOST, Answer.GONE)
+        got = answers or [Answer.LOST] * len(jobs)
         for job, answer in zip(jobs, got, strict=True):
             run.hb.drop(job)
-            if answer == "lost":
+            if answer in refused:
                 run.count_lost(job, "delay")
             else:
                 run.stats.given_back += 1
-        n = sum(1 for a in got if a != "lost")
+        n = sum(1 for a in got if a not in refused)
         run.event("info", "gave back unstarted jobs", "given_back", queue=q.name, count=n)
