@@ -23,6 +23,13 @@ from emq import (
 GOOD_ID = "JOB0000000000A"
 
 
+def _deep(depth: int) -> Any:
+    payload: Any = 1
+    for _ in range(depth):
+        payload = [payload]
+    return payload
+
+
 def _keys_of(client: redis.Redis, name: str) -> list[str]:
     return list(client.scan_iter(match=f"emq:{{{name}}}:*", count=1000))
 
@@ -58,6 +65,15 @@ CASES: list[tuple[str, type[InvalidInput], Callable[[Queue], Any]]] = [
     ("negative max_stalled", InvalidOption, lambda q: q.sweep_stalled(max_stalled=-1)),
     ("empty dedup key", InvalidOption, lambda q: q.enqueue("x", key="")),
     ("max_attempts zero", InvalidOption, lambda q: q.enqueue_many([JobSpec("x", max_attempts=0)])),
+    ("keys lost in JSON", InvalidPayload, lambda q: q.enqueue("x", {1: "a", "1": "b"})),
+    ("100,000-deep payload", InvalidPayload, lambda q: q.enqueue("x", _deep(100_000))),
+    ("lone surrogate dedup key", InvalidOption, lambda q: q.enqueue("x", key="\ud800")),
+    ("lone surrogate claim request", InvalidOption, lambda q: q.claim(1, request="\udfff")),
+    (
+        "one id, two payloads in a batch",
+        InvalidId,
+        lambda q: q.enqueue_many([JobSpec("x", 1, id=GOOD_ID), JobSpec("x", 2, id=GOOD_ID)]),
+    ),
 ]
 
 
