@@ -223,7 +223,7 @@ def test_run_loop_archives_until_stopped_and_releases_the_lease(
     producer.run(3)
     thread = threading.Thread(target=a.run, args=(0.01, stop, after))
     thread.start()
-    thread.join(10)
+    thread.join(60)  # a hang bound only: three 10 ms ticks
     assert not thread.is_alive()
     assert a.floor.count() == sum(producer.expected.values())
     assert queue.client.get(queue.core.keys.events_archiver) is None

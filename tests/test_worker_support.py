@@ -32,6 +32,15 @@ def runs_key(queue: str) -> str:
     return f"emqtest:{{{queue}}}:runs"
 
 
+def gate_key(queue: str) -> str:
+    return f"emqtest:{{{queue}}}:gate"
+
+
+def open_gate(client: redis.Redis, queue: str, n: int) -> None:
+    """Let ``n`` handlers waiting in :func:`gated` through."""
+    client.rpush(gate_key(queue), *["open"] * n)
+
+
 def _record(ctx: JobContext, what: str) -> None:
     _redis().rpush(runs_key(ctx.queue), f"{what}:{ctx.id}:{os.getpid()}")
 
@@ -40,6 +49,14 @@ def work(payload: dict[str, Any], ctx: JobContext) -> None:
     """Sleep ``ms`` (in a worker thread), recording start and done."""
     _record(ctx, "start")
     time.sleep(payload.get("ms", 0) / 1000)
+    _record(ctx, "done")
+
+
+def gated(payload: Any, ctx: JobContext) -> None:
+    """Wait (in a worker thread) until the test opens the gate, recording start and done: a
+    job that is surely still running when the test acts, however slow the machine."""
+    _record(ctx, "start")
+    _redis().blpop([gate_key(ctx.queue)], timeout=300)
     _record(ctx, "done")
 
 
@@ -54,4 +71,4 @@ def poison(payload: Any, ctx: JobContext) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-handlers = {"work": work, "fast": fast, "poison": poison}
+handlers = {"work": work, "gated": gated, "fast": fast, "poison": poison}
