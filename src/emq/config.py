@@ -133,7 +133,8 @@ class QueueOptions:
     ``durability``: ``"none"`` (a call returns once the server applied it; what survives a
     crash is up to the server's ``appendfsync``) or ``"aof"`` (enqueue, complete, fail, delay,
     redrive and remove return only once the server has fsynced the write to its AOF:
-    ``WAITAOF``, Valkey or Redis >= 7.2 with ``appendonly yes``). See docs/guarantees.md.
+    ``WAITAOF``; needs Valkey or Redis >= 7.2 with ``appendonly yes``, and, on Valkey and on
+    Redis before 8.0, ``appendfsync always``). See docs/guarantees.md.
     ``durability_timeout_ms``: how long ``"aof"`` waits for the fsync before raising
     :class:`emq.durability.NotDurable` (the write was applied but is not confirmed on disk).
     ``allow_eviction``: run on a server whose ``maxmemory-policy`` may evict keys (it may then

@@ -11,8 +11,12 @@
   ``INFO memory`` (managed servers and ACLs often forbid ``CONFIG``); if neither can be read, a
   warning is logged once per server and the queue goes on.
 * With ``QueueOptions(durability="aof")``: the server must have ``WAITAOF`` (Valkey or Redis
-  7.2 or later), ``appendonly yes``, and an ``appendfsync`` other than ``no`` (which never
-  confirms an fsync). Otherwise :class:`~emq.errors.UnsafeServer`, nothing written.
+  7.2 or later), ``appendonly yes``, and ``appendfsync always``, or ``everysec`` on Redis 8.0
+  or later. Valkey (through 9.1 at least) and Redis 7.2-7.4 answer ``WAITAOF`` under
+  ``everysec`` as soon as the write reached the file, before the fsync (fixed in Redis by
+  redis/redis#13793; ``tests/test_durability.py`` shows such writes lost to a simulated power
+  cut), so there only ``always`` can be confirmed. Otherwise
+  :class:`~emq.errors.UnsafeServer`, nothing written.
 
 A refusal is not remembered: the next call checks again, so a server fixed at run time
 (``CONFIG SET maxmemory-policy noeviction``) is accepted without a new client.
