@@ -143,9 +143,29 @@ def _load_all() -> dict[str, Script]:
 SCRIPTS: dict[str, Script] = _load_all()
 
 
-def _refusal(exc: ResponseError) -> EmqError:
-    mapped = from_reply(str(exc))
-    return mapped if mapped is not None else ScriptError(str(exc))
+# redis-py strips the error class from these replies and raises its own class instead
+_STRIPPED: tuple[tuple[type[ResponseError], str], ...] = (
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.NoPermissionError, "NOPERM"),
+    (redis.exceptions.ExecAbortError, "EXECABORT"),
+)
+
+
+def refusal(exc: ResponseError) -> EmqError:
+    """The emq error for an error reply: a script's refusal (``EMQ<CLASS>``), a server's
+    refusal (:class:`~emq.errors.ServerRefused`, :class:`~emq.errors.ServerOutOfMemory`), or
+    else :class:`~emq.errors.ScriptError` (a bug)."""
+    text = str(exc)
+    for cls, head in _STRIPPED:
+        if isinstance(exc, cls) and not text.startswith(head):
+            text = f"{head} {text}"
+            break
+    mapped = from_reply(text)
+    return mapped if mapped is not None else ScriptError(text)
+
+
+_refusal = refusal
 
 
 def _check_loaded(script: Script, sha: Any) -> None:
