@@ -13,12 +13,12 @@ exit.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +28,7 @@ import click
 from ..calls import QueueCore
 from ..errors import InvalidOption
 from ..worker import Worker
-from .common import connect, err_console, resolve_url, url_option
+from .common import connect, resolve_url, url_option
 
 STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 
@@ -202,10 +202,11 @@ def worker(
     check_before_start(w)
     w.run_sync(handle_signals=True)
     code = 130 if w.forced else 0
-    busy = [t for t in threading.enumerate() if t.name.startswith("emq-handler") and t.is_alive()]
-    if w.forced or busy:
-        if busy and not w.forced:
-            err_console.print(f"{len(busy)} handler thread(s) still running; exiting anyway")
+    if w.forced or w.stats.abandoned:
+        # handler threads that outlived their attempt (or a forced stop) cannot be joined:
+        # run the atexit handlers ourselves, then leave without waiting for those threads
+        # (the worker's "stopped" log line already counts them as ``abandoned``)
+        atexit._run_exitfuncs()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

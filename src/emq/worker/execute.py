@@ -173,6 +173,12 @@ class Slots:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
+    @property
+    def abandoned(self) -> int:
+        """Handlers still running after their attempt was decided (a sync handler past its
+        timeout or the grace period: a thread cannot be killed). Each keeps its slot."""
+        return sum(1 for j in self.live if j.settled and not j.returned)
+
     def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Outcome:
         return failed(
             job.spec,

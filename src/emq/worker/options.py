@@ -156,6 +156,7 @@ class WorkerStats:
     recovered: int = 0
     swept_dead: int = 0
     missing: int = 0  # ids found without their row (claim, sweep): dropped, logged, counted
+    abandoned: int = 0  # handler threads still running at the end, past their decided attempt
     sweeps: int = 0
     outages: int = 0
     uncertain_acks: int = 0

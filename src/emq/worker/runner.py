@@ -106,6 +106,7 @@ class Runner:
         await self.blocking.aclose()
         self.sync.close()
         self.stats.outages = self.outage.count
+        self.stats.abandoned = self.slots.abandoned
         self.stats.uncertain_acks = self.acks.uncertain
         self.stats.heartbeats = self.hb.beats
         self.stats.heartbeat_max_late_ms = round(self.hb.max_late_s * 1000, 1)
@@ -144,8 +145,11 @@ class Runner:
         return self.slots.live
 
     def idle(self) -> bool:
-        """Nothing ready, running or waiting for its ack."""
-        return not self.ready and not self.slots.live and not self.acks.outstanding
+        """Nothing ready, undecided or waiting for its ack (a handler still running after its
+        attempt was decided, such as a sync handler past its timeout, does not count)."""
+        if self.ready or self.acks.outstanding:
+            return False
+        return all(j.settled for j in self.slots.live)
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -173,6 +177,8 @@ class Runner:
         while not self.stop.is_set():
             room = self.free()
             if room <= 0:
+                if self._burst_done(stuck=True):
+                    return
                 self.room.clear()
                 if self.free() <= 0:
                     await self.first(self.room.wait())
@@ -180,10 +186,28 @@ class Runner:
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
-            if self.options.burst and got == 0 and self.idle():
-                self.event("info", "queue empty: burst run done", "idle")
+            if got == 0 and self._burst_done(stuck=False):
                 return
             await self._park()
+
+    def _burst_done(self, *, stuck: bool) -> bool:
+        """In burst mode: True (logged) once the queues gave nothing and nothing is left to
+        decide, or once every slot is held by a handler that outlived its decided attempt."""
+        if not self.options.burst or not self.idle():
+            return False
+        abandoned = self.slots.abandoned
+        if stuck and not abandoned:
+            return False
+        if abandoned:
+            self.event(
+                "warning",
+                "burst run done; handler threads still run past their decided attempt",
+                "idle",
+                abandoned=abandoned,
+            )
+        else:
+            self.event("info", "queue empty: burst run done", "idle")
+        return True
 
     async def _claim(self, room: int) -> int | None:
         total, n = 0, len(self.queues)
