@@ -320,9 +320,9 @@ async def test_late_completion_is_refused_and_the_job_runs_again(
 
 
 def _hold_gil(seconds: float) -> None:
-    """Hold the GIL in C code for at least ``seconds`` (builtin sum over a range never
-    releases it, and the interpreter cannot switch threads inside it). Calibrated on this
-    thread's CPU time, so a busy machine only makes the hold longer, never shorter."""
+    """Hold the GIL in C code for about ``seconds`` (builtin sum over a range never releases
+    it, and the interpreter cannot switch threads inside it). Calibrated on this thread's CPU
+    time, so a busy machine makes the hold longer in wall time, never shorter."""
     n = 5_000_000
     t0 = time.thread_time()
     sum(range(n))
@@ -337,7 +337,7 @@ async def test_pure_python_busy_handler_does_not_starve_the_heartbeat(
     """A pure-Python busy handler 3x longer than the lease starves nothing: the interpreter
     switches threads every 5 ms, so no beat comes anywhere near ``lease - beat`` (1000 ms)
     late. How late beats are behind a C-level GIL hold (the bound in docs/worker.md) is
-    measured by ``benchmarks/heartbeat_gil.py``, not asserted here: it is a speed."""
+    measured by ``benchmarks/timing_bounds.py``, not asserted here: it is a speed."""
     lease = 1500  # beats every 500 ms; a beat may be up to 1000 ms late
     w = Worker(queue, options=WorkerOptions(lease_ms=lease, concurrency=4, burst=True))
 
