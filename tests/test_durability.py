@@ -276,6 +276,35 @@ def test_worker_acks_through_waitaof(own: EmbeddedServer, admin: redis.Redis) ->
     q.close()
 
 
+def test_worker_rides_out_acks_whose_fsync_is_late(own: EmbeddedServer, admin: redis.Redis) -> None:
+    """An ack applied but not confirmed in time (NotDurable) is re-sent like any server error;
+    the re-send waits for the fsync again, and the worker neither dies nor drops the ack."""
+    if not has_waitaof(admin):
+        pytest.skip("no WAITAOF on this server")
+    admin.config_set("appendfsync", "always")
+    preload(admin)
+    opts = QueueOptions(durability="aof", durability_timeout_ms=100)
+    q = Queue.from_url(own.url(), "q", options=opts)
+    q.enqueue_many([("send", i) for i in range(30)])
+    back = threading.Timer(1.0, admin.config_set, ("appendfsync", "always"))
+
+    def handler(payload: int) -> None:
+        if not back.is_alive() and not back.finished.is_set():
+            admin.config_set("appendfsync", "no")  # the server stops confirming fsyncs
+            back.start()
+
+    worker = Worker(q, {"send": handler}, options=WorkerOptions(burst=True, concurrency=1))
+    try:
+        worker.run_sync(handle_signals=False)
+    finally:
+        back.cancel()  # a no-op once it has fired
+        if back.ident is not None:
+            back.join(5)
+    assert q.counts()["completed"] == 30
+    assert worker.stats.completed + worker.stats.uncertain_acks >= 30
+    q.close()
+
+
 # -- a power cut, simulated -------------------------------------------------------------------
 
 

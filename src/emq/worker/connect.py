@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config import check_url, redact_url
+from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
 from ..shell import UNREACHABLE
 
@@ -31,9 +32,11 @@ SERVER_ERRORS: tuple[type[BaseException], ...] = (
     redis.RedisError,
     ServerRefused,
     ScriptError,
+    NotDurable,
 )
 """Every error that comes from the server (unreachable, or refusing: OOM, BUSY, READONLY,
-NOPERM, a script cache flushed again and again). A worker component retries through these
+NOPERM, a script cache flushed again and again; with ``durability="aof"``, an fsync not
+confirmed in time: the re-send waits for it again). A worker component retries through these
 with backoff; any other exception is a bug in emq or the worker stops (it exits non-zero)."""
 
 _COPIED = (
