@@ -41,7 +41,8 @@ async def test_burst_returns_although_a_sync_handler_hangs_past_its_timeout(
     queue: Queue,
 ) -> None:
     release = threading.Event()
-    w = Worker(queue, options=WorkerOptions(concurrency=1, timeout_ms=200, burst=True))
+    opts = WorkerOptions(concurrency=1, timeout_ms=200, grace_ms=300, burst=True)
+    w = Worker(queue, options=opts)
 
     @w.handler("hang")
     def hang(payload: Any, ctx: JobContext) -> None:
@@ -82,7 +83,8 @@ def test_cli_burst_exits_runs_atexit_and_logs_only_json(
     if hung:
         queue.enqueue("hang", max_attempts=1)
     queue.enqueue_many([("ok", i) for i in range(4)])
-    done = _emq(tmp_path, "worker", "burst_tasks:worker", "--burst", "--timeout-ms", "300")
+    done = _emq(tmp_path, "worker", "burst_tasks:worker", "--burst", "--timeout-ms", "300",
+                "--grace-ms", "300")  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert "ATEXIT-RAN" in lines  # before: os._exit skipped the user's atexit handlers

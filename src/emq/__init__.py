@@ -5,7 +5,8 @@ Delivery is at least once: a job runs again only if its worker dies or outlives 
 before acknowledging it (see docs/guarantees.md).
 """
 
-from .archive import Archive, Floor
+from typing import TYPE_CHECKING, Any
+
 from .async_queue import AsyncQueue
 from .config import Backoff, QueueOptions
 from .errors import (
@@ -32,7 +33,7 @@ from .events import Event
 from .queue import Queue
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import JobState, Location
-from .worker import JobContext, NoRetry, Permanent, Worker, WorkerOptions
+from .worker import JobContext, Permanent, Worker, WorkerOptions
 
 __all__ = [
     "Answer",
@@ -59,7 +60,6 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "Location",
-    "NoRetry",
     "Permanent",
     "Queue",
     "QueueOptions",
@@ -77,3 +77,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .archive import Archive, Floor
+
+
+def __getattr__(name: str) -> Any:
+    """``Archive`` and ``Floor`` are imported on first use: the core (queues, worker) never
+    loads the archive (SQLite, optional S3) unless a program asks for it."""
+    if name in ("Archive", "Floor"):
+        from . import archive
+
+        return getattr(archive, name)
+    raise AttributeError(f"module 'emq' has no attribute {name!r}")

@@ -4,14 +4,13 @@ See ``docs/worker.md`` for how it runs and ``docs/guarantees.md`` for what it pr
 """
 
 from .context import Cancelled, JobContext
-from .options import HandlerSpec, NoRetry, Permanent, WorkerOptions, WorkerStats
+from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
 from .runtime import Worker
 
 __all__ = [
     "Cancelled",
     "HandlerSpec",
     "JobContext",
-    "NoRetry",
     "Permanent",
     "Worker",
     "WorkerOptions",

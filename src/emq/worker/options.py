@@ -9,7 +9,7 @@ handler's, when given, by the worker: the smaller one wins.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +22,7 @@ Handler = Callable[..., Any]
 
 class Permanent(EmqError):
     """Raise from a handler to fail the job with no retry: it goes straight to ``dead``
-    (``fail`` with ``retry=False``), whatever attempts remain. ``NoRetry`` is an alias."""
-
-
-NoRetry = Permanent
+    (``fail`` with ``retry=False``), whatever attempts remain."""
 
 
 def _check_ms(name: str, value: int | None, *, allow_zero: bool = False) -> None:
@@ -124,9 +121,6 @@ class HandlerSpec:
 
     def call(self, payload: Any, ctx: Any) -> Any:
         return self.fn(payload, ctx) if self.takes_ctx else self.fn(payload)
-
-    def acall(self, payload: Any, ctx: Any) -> Awaitable[Any]:
-        return self.call(payload, ctx)  # type: ignore[no-any-return]
 
 
 def _takes_ctx(fn: Handler) -> bool:

@@ -94,6 +94,7 @@ class Runner:
         self.finished = 0  # handlers returned
         self._last_reply = 0.0  # loop time of the last claim reply
         self.max_ahead = AHEAD_FACTOR * o.concurrency
+        self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
 
     async def close(self) -> None:
@@ -181,8 +182,11 @@ class Runner:
                     return
                 self.room.clear()
                 if self.free() <= 0:
-                    await self.first(self.room.wait())
+                    # in a stuck burst run, look again once the grace period may be over
+                    nap = [asyncio.sleep(0.1)] if self._stuck_since is not None else []
+                    await self.first(self.room.wait(), *nap)
                 continue
+            self._stuck_since = None
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
@@ -192,12 +196,22 @@ class Runner:
 
     def _burst_done(self, *, stuck: bool) -> bool:
         """In burst mode: True (logged) once the queues gave nothing and nothing is left to
-        decide, or once every slot is held by a handler that outlived its decided attempt."""
+        decide, or once every slot has been held for ``grace_ms`` by handlers that outlived
+        their decided attempt (sync handlers past their timeout: a thread cannot be killed)."""
         if not self.options.burst or not self.idle():
+            self._stuck_since = None
             return False
         abandoned = self.slots.abandoned
-        if stuck and not abandoned:
-            return False
+        if stuck:
+            if not abandoned:
+                return False
+            # every slot is held by a handler that outlived its attempt: wait for them up to
+            # the grace period (a slow one returns and the run goes on), then give up on them
+            now = self.loop.time()
+            if self._stuck_since is None:
+                self._stuck_since = now
+            if now - self._stuck_since < self.options.grace_ms / 1000:
+                return False
         if abandoned:
             self.event(
                 "warning",
