@@ -189,7 +189,13 @@ def test_the_exact_walk_agrees_with_the_fast_scans() -> None:
     for payload in [_nest(MAX_DEPTH), _nest(MAX_DEPTH, "dict"), [[0] * 300], {"k": [{}] * 400}]:
         assert shape_problem(payload) is None
         encode_payload(payload, 10 * MIB)
-    for payload in [_nest(MAX_DEPTH + 1), {1: [], "1": []}, [[{0: 0, "0": 0}]]]:
+    encode_payload({"flat": _nest(MAX_DEPTH - 1)}, 10 * MIB)  # a flat dict, lists inside
+    for payload in [
+        _nest(MAX_DEPTH + 1),
+        {"flat": _nest(MAX_DEPTH)},
+        {1: [], "1": []},
+        [[{0: 0, "0": 0}]],
+    ]:
         assert shape_problem(payload) is not None
         with pytest.raises(InvalidPayload):
             encode_payload(payload, 10 * MIB)

@@ -44,7 +44,15 @@ def encode_payload(payload: Any, limit: int) -> str:
             f"payload nests lists and dicts too deeply to encode; at most {MAX_DEPTH} "
             "levels are accepted (flatten it, or store it elsewhere and enqueue a reference)"
         ) from None
-    if isinstance(payload, _CONTAINERS):
+    cls = payload.__class__
+    if cls is dict and text.find("{", 1) < 0:  # a flat dict: only its own keys can collide
+        try:
+            "".join(payload)  # TypeError unless every key is a str
+        except TypeError:
+            _refuse_bad_shape(payload)
+        if len(text) > 2 * MAX_DEPTH and text.count("[") >= MAX_DEPTH:
+            _refuse_bad_shape(payload)
+    elif cls is not str and isinstance(payload, _CONTAINERS):
         _check_shape(payload, text)
     if text.isascii():
         size = len(text)
@@ -79,6 +87,10 @@ def _check_shape(payload: Any, text: str) -> None:
         keys_ok = _MAYBE_NON_STR_KEY.search(text) is None
     if keys_ok and (len(text) <= 2 * MAX_DEPTH or dicts + text.count("[") <= MAX_DEPTH):
         return
+    _refuse_bad_shape(payload)
+
+
+def _refuse_bad_shape(payload: Any) -> None:
     problem = shape_problem(payload)
     if problem:
         raise InvalidPayload(problem)
