@@ -101,7 +101,10 @@ def test_producers_with_wrong_clocks_pop_in_enqueue_order(
                 with wall_clock(**skew):
                     job_id = producers[label].enqueue("job", {"from": label, "round": round_})
                 enqueued.append(job_id)
-                time.sleep(0.003)  # the server's clock moves between turns
+                # ids of one millisecond order by node number, and each producer's reading
+                # of the server clock is off by up to half its lease round trip: turns
+                # 50 ms apart keep the test about order, not about those milliseconds
+                time.sleep(0.05)
         popped = [job.id for job in producers["on-time"].claim(len(enqueued), 60_000)]
         assert popped == enqueued
         seconds, micros = client.time()
