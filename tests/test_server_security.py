@@ -255,3 +255,17 @@ def test_invalid_url_never_contains_the_password(url: str) -> None:
 )
 def test_redact_url_keeps_user_host_port_and_db(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [f"redis://:{SECRET}@127.0.0.1:1/0", f"redis://127.0.0.1:1/0?password={SECRET}"],
+)
+def test_cli_error_lines_never_contain_the_password(url: str) -> None:
+    from click.testing import CliRunner
+
+    from emq.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["stats", "q", "--url", url])
+    assert result.exit_code == 2 and "cannot reach the server" in result.output, result.output
+    assert SECRET not in result.output and "***" in result.output, result.output

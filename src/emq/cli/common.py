@@ -15,7 +15,6 @@ import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import click
 import redis
@@ -24,7 +23,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..config import check_url
+from ..config import check_url, redact_url
 from ..errors import EmqError, ServerUnreachable
 from ..queue import Queue
 from ..server import EmbeddedServer
@@ -68,17 +67,8 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    try:
-        parsed = urlparse(url)
-        password = parsed.password
-    except ValueError:
-        return url
-    if not password:
-        return url
-    user = parsed.username or ""
-    host = parsed.netloc.rpartition("@")[2]
-    return parsed._replace(netloc=f"{user}:***@{host}").geturl()
+    """``url`` with its password (user-info or ``?password=``) replaced by ``***``."""
+    return redact_url(url)
 
 
 def connect(url: str) -> redis.Redis:
