@@ -66,7 +66,14 @@ def race() -> None:
 
 
 def _client(url: str | None) -> redis.Redis:
-    return connect(resolve_url(url))
+    """A client that has answered one PING (so a wrong endpoint fails before any output)."""
+    client = connect(resolve_url(url))
+    try:
+        client.ping()
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def _reply(value: Any) -> str:
