@@ -159,7 +159,7 @@ async def test_async_iterator_follows_from_a_position(url: str, queue: Queue) ->
     aq = AsyncQueue.from_url(url, queue.name)
     try:
         start = next(iter(queue.events())).id
-        stream = aq.events(after=start)
+        stream = aq.events(after=start, follow=True)
 
         async def collect() -> list[Event]:
             out = []
@@ -186,7 +186,7 @@ async def test_async_iterator_from_now_sees_only_new_events(
     aq = AsyncQueue.from_url(url, queue.name)
     try:
         baseline = _blocked_clients(client)
-        stream = aq.events()
+        stream = aq.events("$", follow=True)
         nxt = asyncio.ensure_future(anext(stream))
         await asyncio.to_thread(_until_blocked, client, baseline)  # "$" is resolved by now
         queue.enqueue("after", None)

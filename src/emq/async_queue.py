@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -80,7 +80,8 @@ class AsyncQueue(ShellBase):
         The first call of every queue does this by itself, once per connection pool."""
         await self._guard.acheck(self.client)
 
-    async def _run(self, call: Call[Any]) -> Any:
+    async def _run(self, call: Call[T]) -> T:
+        """Send one script call (durably, when the queue asks for it) and decode its reply."""
         guard = self._guard
         if not guard.ok:
             await guard.acheck(self.client)
@@ -88,6 +89,15 @@ class AsyncQueue(ShellBase):
             (reply,) = await guard.arun(self.client, call.script, [(call.keys, call.args)])
             return call.decode(reply)
         return call.decode(await scripts.run_async(self.client, call.script, call.keys, call.args))
+
+    async def _run_pipelined(self, name: str, batch: durability.Calls) -> list[Any]:
+        """Several calls of one script in one round trip (:func:`emq.scripts.run_pipelined`)."""
+        guard = self._guard
+        if not guard.ok:
+            await guard.acheck(self.client)
+        if guard.durable(name):
+            return await guard.arun(self.client, name, batch)
+        return await scripts.run_pipelined_async(self.client, name, batch)
 
     async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:
         """Await an idempotent call, re-sending it unchanged while the server is unreachable."""
@@ -99,6 +109,7 @@ class AsyncQueue(ShellBase):
         return await send()
 
     async def new_ids(self, n: int) -> list[str]:
+        """Mint ``n`` ids under this process's node lease (taken or renewed as needed)."""
         async with self._mint_lock:
             if self._minter.needs_lease():
                 sent = time.monotonic()
@@ -140,10 +151,12 @@ class AsyncQueue(ShellBase):
         key: str | None = None,
         id: str | None = None,
     ) -> EnqueuedId:
+        """Admit one job; its id is returned with ``created`` False if it already existed."""
         spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id)
         return (await self.enqueue_many([spec]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
+        """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
         groups = self._groups(jobs)
         if size := self._largest_payload(groups):
             self._refuse_oversized(size, await self._bulk_limit())
@@ -158,16 +171,15 @@ class AsyncQueue(ShellBase):
                 note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
                 raise
             return out
-        # fresh ids cannot conflict: keep a few chunks in flight on their own connections, so
-        # the server runs one while the next is encoded and sent
-        gate = asyncio.Semaphore(WINDOW)
-
-        async def send(call: Call[list[EnqueuedId]]) -> list[EnqueuedId]:
-            async with gate:
-                return await self._resend(functools.partial(self._run, call))
-
-        replies = await asyncio.gather(*(send(call) for call in calls))
-        return [job_id for reply in replies for job_id in reply]
+        out = []
+        for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
+            window = calls[i : i + WINDOW]
+            batch = [(c.keys, c.args) for c in window]
+            send = functools.partial(self._run_pipelined, "enqueue", batch)
+            replies = await self._resend(send)
+            for call, reply in zip(window, replies, strict=True):
+                out += call.decode(reply)
+        return out
 
     async def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
@@ -175,10 +187,10 @@ class AsyncQueue(ShellBase):
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
         same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
-        call = self.core.claim(count, lease_ms, request)
-        return await self._run(call)  # type: ignore[no-any-return]
+        return await self._run(self.core.claim(count, lease_ms, request))
 
     async def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
+        """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost."""
         (deadline,) = await self._run(self.core.extend([(job_id, token)], lease_ms))
         expect(deadline, job_id, "extend")
         return int(cast(int, deadline))
@@ -186,14 +198,18 @@ class AsyncQueue(ShellBase):
     async def extend_many(
         self, pairs: Iterable[tuple[str, int]], lease_ms: int
     ) -> list[int | Answer]:
-        return await self._run(self.core.extend(pairs, lease_ms))  # type: ignore[no-any-return]
+        """Extend many leases in one step: per job the new deadline, or ``Answer.LOST`` /
+        ``Answer.GONE``."""
+        return await self._run(self.core.extend(pairs, lease_ms))
 
     async def complete(self, job_id: str, token: int) -> None:
+        """Complete a held job (its row is deleted); raises LeaseLost or JobNotFound."""
         (ok,) = await self._run(self.core.complete([(job_id, token)]))
         expect(ok, job_id, "complete")
 
     async def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[Answer]:
-        return await self._run(self.core.complete(pairs))  # type: ignore[no-any-return]
+        """Complete many jobs in one step: per job ``COMPLETED``, ``LOST`` or ``GONE``."""
+        return await self._run(self.core.complete(pairs))
 
     async def fail(
         self,
@@ -205,6 +221,7 @@ class AsyncQueue(ShellBase):
         backoff: Backoff | None = None,
         delay_ms: int | None = None,
     ) -> str:
+        """Record a failed attempt: returns ``"scheduled"`` or ``"dead"``, or raises LeaseLost."""
         if delay_ms is not None:
             backoff = Backoff.exactly(delay_ms)
         (where,) = await self._run(self.core.fail([(job_id, token, error, retry, backoff)]))
@@ -214,24 +231,27 @@ class AsyncQueue(ShellBase):
     async def fail_many(
         self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]
     ) -> list[Answer]:
-        return await self._run(self.core.fail(items))  # type: ignore[no-any-return]
+        return await self._run(self.core.fail(items))
 
     async def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
+        """Give a lease back without spending an attempt: ``"pending"`` or ``"scheduled"``."""
         (where,) = await self._run(self.core.delay([(job_id, token, delay_ms)]))
         expect(where, job_id, "delay")
         return str(where)
 
     async def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
-        return await self._run(self.core.delay(items))  # type: ignore[no-any-return]
+        return await self._run(self.core.delay(items))
 
     async def promote(self, limit: int = 1000) -> list[str]:
-        return await self._run(self.core.promote(limit))  # type: ignore[no-any-return]
+        """Move due scheduled jobs to pending (a claim does this by itself too)."""
+        return await self._run(self.core.promote(limit))
 
     async def sweep_stalled(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
-        call = self.core.sweep_stalled(max_stalled, limit)
-        return await self._run(call)  # type: ignore[no-any-return]
+        """One bounded stalled sweep (the seed's recovery, one script)."""
+        return await self._run(self.core.sweep_stalled(max_stalled, limit))
 
     async def sweep_all(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+        """Sweep until a call handles fewer than ``limit`` leases; each call is one bounded step."""
         total = SweepResult()
         while True:
             r = await self.sweep_stalled(max_stalled, limit)
@@ -242,25 +262,31 @@ class AsyncQueue(ShellBase):
                 return total
 
     async def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:
-        return bool(await self._run(self.core.redrive([job_id], keep_counters)))
+        """Move a dead job back to pending; False if it was not dead. Its
+        ``attempts`` and ``stalled`` start again from 0 unless ``keep_counters``."""
+        moved = await self._run(self.core.redrive([job_id], keep_counters))
+        return bool(moved)
 
     async def redrive_many(self, ids: Sequence[str], *, keep_counters: bool = False) -> list[str]:
-        return await self._run(self.core.redrive(ids, keep_counters))  # type: ignore[no-any-return]
+        return await self._run(self.core.redrive(ids, keep_counters))
 
     async def redrive_all(self, *, keep_counters: bool = False, chunk: int = 500) -> int:
         total = 0
-        while moved := await self._run(self.core.redrive([], keep_counters, chunk)):
+        while True:
+            moved = await self._run(self.core.redrive([], keep_counters, chunk))
+            if not moved:
+                return total
             total += len(moved)
-        return total
 
     async def remove(self, job_id: str) -> str:
-        return await self._run(self.core.remove(job_id))  # type: ignore[no-any-return]
+        """Delete a job wherever it is; returns the location it was in (JobNotFound if none)."""
+        return await self._run(self.core.remove(job_id))
 
     async def pause(self) -> bool:
-        return await self._run(self.core.pause())  # type: ignore[no-any-return]
+        return await self._run(self.core.pause())
 
     async def resume(self) -> bool:
-        return await self._run(self.core.resume())  # type: ignore[no-any-return]
+        return await self._run(self.core.resume())
 
     async def is_paused(self) -> bool:
         return bool(await self.client.hget(self.core.keys.meta, "paused") == "1")
@@ -274,7 +300,7 @@ class AsyncQueue(ShellBase):
     async def obliterate(self, *, force: bool = False, chunk: int = 1000) -> int:
         total = 0
         while True:
-            n, done = cast(tuple[int, bool], await self._run(self.core.obliterate(chunk, force)))
+            n, done = await self._run(self.core.obliterate(chunk, force))
             total += n
             if done:
                 return total
@@ -303,13 +329,14 @@ class AsyncQueue(ShellBase):
             rows = await p.execute()
         return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
 
-    def events(self, after: str = "$") -> AsyncGenerator[Event, None]:
-        """Follow the event stream from ``after`` (see :func:`emq.events.aiter_events`)."""
-        return aiter_events(self.client, self.core.keys, after=after)
+    def events(self, after: str = "0-0", *, follow: bool = False) -> AsyncIterator[Event]:
+        """The live event stream above ``after`` (see :func:`emq.events.aiter_events`)."""
+        return aiter_events(self.client, self.core.keys, after=after, follow=follow)
 
     async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
-        """Every event of ``job_id`` in order, floor and live tail merged (see
-        :func:`emq.archive.ahistory`)."""
+        """Every event of ``job_id`` in order, floor and live tail merged with no gap and no
+        duplicate (see :func:`emq.archive.history`); ``floor`` defaults to
+        ``.emq/floor/<queue>.sqlite3``."""
         from .archive.history import ahistory
 
         return await ahistory(self, job_id, floor)

@@ -194,19 +194,24 @@ async def aiter_events(
     client: redis.asyncio.Redis,
     keys: QueueKeys,
     *,
-    after: str = "$",
+    after: str = "0-0",
+    follow: bool = False,
     block_ms: int = 5_000,
     count: int = 100,
 ) -> AsyncGenerator[Event, None]:
-    """Follow the stream from ``after`` (default ``"$"``: what is appended from now on; an id:
-    everything above it; ``"0-0"``: the whole live stream first). Blocks in ``XREAD BLOCK``;
-    it never ends by itself: break out of the loop (then ``await it.aclose()``) or cancel the
-    task to stop."""
+    """The asyncio twin of :func:`iter_events`, with the same arguments and meaning. With
+    ``follow`` it never ends by itself: break out of the loop (then ``await it.aclose()``) or
+    cancel the task to stop."""
     pos = _position(after)
     if pos == "$":
         pos = _last_id(await client.xrevrange(keys.events, "+", "-", count=1))
     while True:
-        reply = await client.xread({keys.events: pos}, count=count, block=block_ms)
-        for event in _xread_entries(reply):
-            pos = event.id
+        block = block_ms if follow else None
+        reply = await client.xread({keys.events: pos}, count=count, block=block)
+        batch = _xread_entries(reply)
+        for event in batch:
             yield event
+        if batch:
+            pos = batch[-1].id
+        elif not follow:
+            return

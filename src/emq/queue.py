@@ -2,15 +2,18 @@
 
 Every state change is one script call (one indivisible step on the server); reads
 (``counts``, ``job``, ``jobs``) are plain commands sent in one MULTI so that they see one
-instant. :class:`emq.AsyncQueue` is its awaitable twin.
+instant. :class:`emq.Queue` is its asyncio twin; methods differ only by ``await``.
+
+Generated from ``async_queue.py`` by ``scripts/unasync.py``: edit that file, then run
+the script.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
+import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -80,12 +83,14 @@ class Queue(ShellBase):
         The first call of every queue does this by itself, once per connection pool."""
         self._guard.check(self.client)
 
-    def _run(self, call: Call[Any]) -> Any:
+    def _run(self, call: Call[T]) -> T:
+        """Send one script call (durably, when the queue asks for it) and decode its reply."""
         guard = self._guard
         if not guard.ok:
             guard.check(self.client)
         if guard.durable(call.script):
-            return call.decode(guard.run(self.client, call.script, [(call.keys, call.args)])[0])
+            (reply,) = guard.run(self.client, call.script, [(call.keys, call.args)])
+            return call.decode(reply)
         return call.decode(scripts.run(self.client, call.script, call.keys, call.args))
 
     def _run_pipelined(self, name: str, batch: durability.Calls) -> list[Any]:
@@ -98,7 +103,7 @@ class Queue(ShellBase):
         return scripts.run_pipelined(self.client, name, batch)
 
     def _resend(self, send: Callable[[], T]) -> T:
-        """Run an idempotent call, re-sending it unchanged while the server is unreachable."""
+        """Await an idempotent call, re-sending it unchanged while the server is unreachable."""
         for delay in RESEND_DELAYS_S:
             try:
                 return send()
@@ -124,7 +129,7 @@ class Queue(ShellBase):
             return self._minter.mint_many(n)
 
     def new_id(self) -> str:
-        return self.new_ids(1)[0]
+        return (self.new_ids(1))[0]
 
     def _bulk_limit(self) -> int | None:
         """The server's proto-max-bulk-len, read once per connection pool (None if CONFIG is
@@ -151,7 +156,7 @@ class Queue(ShellBase):
     ) -> EnqueuedId:
         """Admit one job; its id is returned with ``created`` False if it already existed."""
         spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id)
-        return self.enqueue_many([spec])[0]
+        return (self.enqueue_many([spec]))[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
@@ -173,9 +178,8 @@ class Queue(ShellBase):
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
             window = calls[i : i + WINDOW]
             batch = [(c.keys, c.args) for c in window]
-            replies = self._resend(
-                functools.partial(self._run_pipelined, "enqueue", batch)
-            )
+            send = functools.partial(self._run_pipelined, "enqueue", batch)
+            replies = self._resend(send)
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
         return out
@@ -186,8 +190,7 @@ class Queue(ShellBase):
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
         same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
-        call = self.core.claim(count, lease_ms, request)
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(self.core.claim(count, lease_ms, request))
 
     def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
         """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost."""
@@ -200,14 +203,16 @@ class Queue(ShellBase):
     ) -> list[int | Answer]:
         """Extend many leases in one step: per job the new deadline, or ``Answer.LOST`` /
         ``Answer.GONE``."""
-        return self._run(self.core.extend(pairs, lease_ms))  # type: ignore[no-any-return]
+        return self._run(self.core.extend(pairs, lease_ms))
 
     def complete(self, job_id: str, token: int) -> None:
+        """Complete a held job (its row is deleted); raises LeaseLost or JobNotFound."""
         (ok,) = self._run(self.core.complete([(job_id, token)]))
         expect(ok, job_id, "complete")
 
     def complete_many(self, pairs: Iterable[tuple[str, int]]) -> list[Answer]:
-        return self._run(self.core.complete(pairs))  # type: ignore[no-any-return]
+        """Complete many jobs in one step: per job ``COMPLETED``, ``LOST`` or ``GONE``."""
+        return self._run(self.core.complete(pairs))
 
     def fail(
         self,
@@ -229,7 +234,7 @@ class Queue(ShellBase):
     def fail_many(
         self, items: Iterable[tuple[str, int, str, bool, Backoff | None]]
     ) -> list[Answer]:
-        return self._run(self.core.fail(items))  # type: ignore[no-any-return]
+        return self._run(self.core.fail(items))
 
     def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
         """Give a lease back without spending an attempt: ``"pending"`` or ``"scheduled"``."""
@@ -238,13 +243,15 @@ class Queue(ShellBase):
         return str(where)
 
     def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
-        return self._run(self.core.delay(items))  # type: ignore[no-any-return]
+        return self._run(self.core.delay(items))
 
     def promote(self, limit: int = 1000) -> list[str]:
-        return self._run(self.core.promote(limit))  # type: ignore[no-any-return]
+        """Move due scheduled jobs to pending (a claim does this by itself too)."""
+        return self._run(self.core.promote(limit))
 
     def sweep_stalled(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
-        return self._run(self.core.sweep_stalled(max_stalled, limit))  # type: ignore[no-any-return]
+        """One bounded stalled sweep (the seed's recovery, one script)."""
+        return self._run(self.core.sweep_stalled(max_stalled, limit))
 
     def sweep_all(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
         """Sweep until a call handles fewer than ``limit`` leases; each call is one bounded step."""
@@ -258,29 +265,34 @@ class Queue(ShellBase):
                 return total
 
     def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:
-        return bool(self._run(self.core.redrive([job_id], keep_counters)))
+        """Move a dead job back to pending; False if it was not dead. Its
+        ``attempts`` and ``stalled`` start again from 0 unless ``keep_counters``."""
+        moved = self._run(self.core.redrive([job_id], keep_counters))
+        return bool(moved)
 
     def redrive_many(self, ids: Sequence[str], *, keep_counters: bool = False) -> list[str]:
-        return self._run(self.core.redrive(ids, keep_counters))  # type: ignore[no-any-return]
+        return self._run(self.core.redrive(ids, keep_counters))
 
     def redrive_all(self, *, keep_counters: bool = False, chunk: int = 500) -> int:
         total = 0
-        while moved := self._run(self.core.redrive([], keep_counters, chunk)):
+        while True:
+            moved = self._run(self.core.redrive([], keep_counters, chunk))
+            if not moved:
+                return total
             total += len(moved)
-        return total
 
     def remove(self, job_id: str) -> str:
         """Delete a job wherever it is; returns the location it was in (JobNotFound if none)."""
-        return self._run(self.core.remove(job_id))  # type: ignore[no-any-return]
+        return self._run(self.core.remove(job_id))
 
     def pause(self) -> bool:
-        return self._run(self.core.pause())  # type: ignore[no-any-return]
+        return self._run(self.core.pause())
 
     def resume(self) -> bool:
-        return self._run(self.core.resume())  # type: ignore[no-any-return]
+        return self._run(self.core.resume())
 
     def is_paused(self) -> bool:
-        return self.client.hget(self.core.keys.meta, "paused") == "1"
+        return bool(self.client.hget(self.core.keys.meta, "paused") == "1")
 
     def drain(self, chunk: int = 1000) -> int:
         total = 0
@@ -291,7 +303,7 @@ class Queue(ShellBase):
     def obliterate(self, *, force: bool = False, chunk: int = 1000) -> int:
         total = 0
         while True:
-            n, done = cast(tuple[int, bool], self._run(self.core.obliterate(chunk, force)))
+            n, done = self._run(self.core.obliterate(chunk, force))
             total += n
             if done:
                 return total

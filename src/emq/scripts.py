@@ -225,9 +225,19 @@ async def run_async(
         raise _unreachable(exc) from exc
 
 
-def run_pipelined(
-    client: redis.Redis, name: str, calls: list[tuple[list[str], list[str | int | float]]]
-) -> list[Any]:
+def _sorted_replies(replies: list[Any]) -> tuple[list[int], EmqError | None]:
+    """The positions of a pipeline's replies that were ``NOSCRIPT`` (to be re-run alone, which
+    loads the script) and the first other refusal (raised once every reply has been read)."""
+    reload = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    refused = next((r for r in replies if isinstance(r, ResponseError) and not
+                    isinstance(r, NoScriptError)), None)  # fmt: skip
+    return reload, None if refused is None else refusal(refused)
+
+
+Calls = list[tuple[list[str], list[str | int | float]]]
+
+
+def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
     """Run several calls of script ``name`` in one pipeline (one round trip, no MULTI; each
     call is still its own indivisible step). A call answered ``NOSCRIPT`` is re-run alone,
     which loads the script; any other refusal is raised once every reply has been read."""
@@ -239,14 +249,27 @@ def run_pipelined(
             replies = pipe.execute(raise_on_error=False)
     except _LOST as exc:
         raise _unreachable(exc) from exc
-    out: list[Any] = []
-    refusal: EmqError | None = None
-    for (keys, args), reply in zip(calls, replies, strict=True):
-        if isinstance(reply, NoScriptError):
-            reply = run(client, name, keys, args)
-        elif isinstance(reply, ResponseError):
-            refusal = refusal or _refusal(reply)
-        out.append(reply)
-    if refusal is not None:
-        raise refusal
-    return out
+    reload, refused = _sorted_replies(replies)
+    for i in reload:
+        replies[i] = run(client, name, *calls[i])
+    if refused is not None:
+        raise refused
+    return list(replies)
+
+
+async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Calls) -> list[Any]:
+    """The asyncio twin of :func:`run_pipelined`."""
+    script = SCRIPTS[name]
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+    except _LOST as exc:
+        raise _unreachable(exc) from exc
+    reload, refused = _sorted_replies(replies)
+    for i in reload:
+        replies[i] = await run_async(client, name, *calls[i])
+    if refused is not None:
+        raise refused
+    return list(replies)

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Generate ``src/emq/queue.py`` (the sync ``Queue``) from ``src/emq/async_queue.py``.
+
+The two shells must not drift apart, so only the asyncio one is written by hand; the sync one
+is this script's output, checked by ``tests/test_seams.py``. The rewrite is by whole tokens
+(names, ``async``/``await``) plus a few exact phrases, so a method of ``AsyncQueue`` and its
+twin in ``Queue`` differ only where the I/O does.
+
+    python scripts/unasync.py          # rewrite src/emq/queue.py
+    python scripts/unasync.py --check  # exit 1 if it is out of date
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src" / "emq" / "async_queue.py"
+TARGET = ROOT / "src" / "emq" / "queue.py"
+
+# exact phrases, applied first (docstrings and imports that are not a token swap)
+PHRASES = [
+    (
+        '"""``AsyncQueue``: the asyncio shell that sends what :mod:`emq.calls` builds.',
+        '"""``Queue``: the sync shell that sends what :mod:`emq.calls` builds.',
+    ),
+    (
+        ":class:`emq.Queue` is its sync twin; methods differ only by ``await``.",
+        ":class:`emq.AsyncQueue` is its asyncio twin; methods differ only by ``await``.\n\n"
+        "Generated from ``async_queue.py`` by ``scripts/unasync.py``: edit that file, then run\n"
+        "the script.",
+    ),
+    ("A queue on an asyncio redis-py client", "A queue on a sync redis-py client"),
+    ("import asyncio\n", "import threading\n"),
+    ("asyncio.Lock()", "threading.Lock()"),
+    ("asyncio.sleep(", "time.sleep("),
+    ("redis.asyncio.Redis", "redis.Redis"),
+    ("import redis.asyncio\n", "import redis\n"),
+    ("AsyncIterator[Event]", "Iterator[Event]"),
+    ("Awaitable[T]", "T"),
+    ("async with ", "with "),
+    ("async def ", "def "),
+    ("await ", ""),
+]
+
+# whole-word renames
+NAMES = {
+    "AsyncQueue": "Queue",
+    "AsyncIterator": "Iterator",
+    "Awaitable": "",
+    "run_async": "run",
+    "run_pipelined_async": "run_pipelined",
+    "aiter_events": "iter_events",
+    "ahistory": "history",
+    "arun": "run",
+    "acheck": "check",
+    "aclose": "close",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+}
+
+
+def unasync(text: str) -> str:
+    for old, new in PHRASES:
+        text = text.replace(old, new)
+    for old, new in NAMES.items():
+        text = re.sub(rf"\b{re.escape(old)}\b", new, text)
+    # an import list that named a removed type (Awaitable) keeps no empty slot
+    text = re.sub(r", ,", ",", text)
+    text = text.replace("import (, ", "import (").replace(", )", ")")
+    return text
+
+
+def main(argv: list[str]) -> int:
+    wanted = unasync(SOURCE.read_text())
+    if "--check" in argv:
+        if TARGET.read_text() != wanted:
+            print(f"{TARGET} is out of date: run python scripts/unasync.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
