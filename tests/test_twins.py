@@ -94,3 +94,17 @@ async def test_batches_and_bulk_alike(shell: Shell, client: redis.Redis, qname: 
     left = client.keys(f"emq:{{{qname}}}:*")
     # only the claims' stored replies remain, and they expire by themselves (at most 60 s)
     assert all(":claim:" in k and 0 < client.pttl(k) <= 60_000 for k in left)
+
+
+async def test_a_server_that_went_away_is_an_emq_error_with_its_cause(url: str) -> None:
+    from emq import ServerUnreachable
+    from emq.server import free_port
+
+    for q in (Queue.from_url(f"redis://127.0.0.1:{free_port()}/0", "gone"),
+              AsyncQueue.from_url(f"redis://127.0.0.1:{free_port()}/0", "gone")):  # fmt: skip
+        shell = Shell(q)
+        for method, args in (("counts", ()), ("job", ("JOB0000000000A",)), ("claim", (1,))):
+            with pytest.raises(ServerUnreachable) as err:
+                await shell(method, *args)
+            assert isinstance(err.value.__cause__, redis.ConnectionError)
+            assert isinstance(err.value, ConnectionError)  # also the builtin: except works

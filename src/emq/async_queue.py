@@ -289,7 +289,8 @@ class AsyncQueue(ShellBase):
         return await self._run(self.core.resume())
 
     async def is_paused(self) -> bool:
-        return bool(await self.client.hget(self.core.keys.meta, "paused") == "1")
+        with scripts.translated():
+            return bool(await self.client.hget(self.core.keys.meta, "paused") == "1")
 
     async def drain(self, chunk: int = 1000) -> int:
         total = 0
@@ -306,27 +307,33 @@ class AsyncQueue(ShellBase):
                 return total
 
     async def counts(self) -> dict[str, int]:
+        """The size of each location and the lifetime counters, read at one instant."""
         k = self.core.keys
-        async with self.client.pipeline(transaction=True) as p:
-            for loc in Location:
-                p.zcard(k.location(loc.value))
-            p.hmget(k.metrics, list(COUNT_FIELDS))
-            *sizes, metrics = await p.execute()
+        with scripts.translated():
+            async with self.client.pipeline(transaction=True) as p:
+                for loc in Location:
+                    p.zcard(k.location(loc.value))
+                p.hmget(k.metrics, list(COUNT_FIELDS))
+                *sizes, metrics = await p.execute()
         return decode_counts(sizes, metrics)
 
     async def job(self, job_id: str) -> Job | None:
-        row = cast(dict[str, str], await self.client.hgetall(self.core.keys.job(check_id(job_id))))
+        """A snapshot of the job's row, or None if it has none (completed, removed)."""
+        key = self.core.keys.job(check_id(job_id))
+        with scripts.translated():
+            row = cast(dict[str, str], await self.client.hgetall(key))
         return decode_job(job_id, row)
 
     async def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
         key = self.core.location_key(location)
         if offset < 0 or not 0 < limit <= 10_000:
             raise InvalidOption("offset must be >= 0 and limit within 1..10000")
-        ids = cast(list[str], await self.client.zrange(key, offset, offset + limit - 1))
-        async with self.client.pipeline(transaction=True) as p:
-            for job_id in ids:
-                p.hgetall(self.core.keys.job(job_id))
-            rows = await p.execute()
+        with scripts.translated():
+            ids = cast(list[str], await self.client.zrange(key, offset, offset + limit - 1))
+            async with self.client.pipeline(transaction=True) as p:
+                for job_id in ids:
+                    p.hgetall(self.core.keys.job(job_id))
+                rows = await p.execute()
         return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
 
     def events(self, after: str = "0-0", *, follow: bool = False) -> AsyncIterator[Event]:

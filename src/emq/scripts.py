@@ -19,9 +19,11 @@ raised as its :mod:`emq.errors` class, a server refusal (OOM, BUSY, READONLY, NO
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -273,3 +275,16 @@ async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Cal
     if refused is not None:
         raise refused
     return list(replies)
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Raise redis-py's errors from plain commands (reads) as emq's own, cause chained:
+    :class:`~emq.errors.ServerUnreachable` for a lost connection, the mapped refusal for an
+    error reply."""
+    try:
+        yield
+    except ResponseError as exc:
+        raise refusal(exc) from exc
+    except _LOST as exc:
+        raise _unreachable(exc) from exc
