@@ -266,7 +266,8 @@ def restore_cmd(
 @click.argument("queue")
 @floor_option
 @url_option
-def release(queue: str, floor: str | None, url: str | None) -> None:
+@json_option
+def release(queue: str, floor: str | None, url: str | None, as_json: bool) -> None:
     """Stop archiving QUEUE: delete events:archived so the scripts cap the stream again."""
     q = open_queue(url, queue)
     a = Archive(q, _floor_path(queue, floor))
@@ -275,7 +276,10 @@ def release(queue: str, floor: str | None, url: str | None) -> None:
     finally:
         a.close()
         q.close()
-    say(f"retention of {queue}'s events is back with the scripts (MAXLEN cap)")
+    if as_json:
+        emit_json({"queue": queue, "released": True})
+    else:
+        say(f"retention of {queue}'s events is back with the scripts (MAXLEN cap)")
 
 
 @click.command("history")
