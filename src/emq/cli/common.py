@@ -66,11 +66,6 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
     return chosen
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (user-info or ``?password=``) replaced by ``***``."""
-    return redact_url(url)
-
-
 def connect(url: str) -> redis.Redis:
     """A client for an already resolved URL, with bounded connect and read timeouts (a port
     that accepts and never answers gives an error, not a hang)."""
@@ -205,7 +200,7 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
     keeps its traceback). Covers emq's own errors, a server that cannot be reached, a port
     that does not speak the Redis protocol, a server's error reply, and a file that cannot
     be read or written."""
-    at = f" at {redact(url)}" if url else ""
+    at = f" at {redact_url(url)}" if url else ""
     chain = _causes(exc)
     if any(isinstance(e, redis.exceptions.InvalidResponse) for e in chain):
         return (

@@ -28,10 +28,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..config import redact_url
 from ..errors import JobNotFound, LeaseLost
 from ..queue import Queue
 from ..states import Location
-from .common import console, embedded_home, emit_json, line, redact, resolve_url, say, url_option
+from .common import console, embedded_home, emit_json, line, resolve_url, say, url_option
 
 JOBS = 300
 WORKERS = 3
@@ -182,7 +183,7 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
     q = Queue.from_url(url, name)
     q.obliterate(force=True)
     console.rule(line(("emq demo", "bold"), ": workers crash, freeze and die; no job is lost"))
-    say(f"server {redact(url)}, queue ", (name, "bold"), f", lease {LEASE_MS} ms, "
+    say(f"server {redact_url(url)}, queue ", (name, "bold"), f", lease {LEASE_MS} ms, "
         f"sweep every {STALLED_MS} ms, max_stalled {MAX_STALLED}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="emq-demo-") as tmp:
         fleet = Fleet(url, name, Path(tmp))
@@ -297,12 +298,12 @@ def demo(url: str | None, as_json: bool) -> None:
         summary = run_demo(resolved)
     finally:
         console.quiet = False
-    server = {"url": redact(resolved), "embedded": home is not None, "left_running": True}
+    server = {"url": redact_url(resolved), "embedded": home is not None, "left_running": True}
     if as_json:
         emit_json(summary | {"server": server})
     elif home is not None:
         say(
-            f"the embedded server is still running at {redact(resolved)} (data in {home}), "
+            f"the embedded server is still running at {redact_url(resolved)} (data in {home}), "
             "with the demo queue to look at (`emq stats demo`); stop it: `emq server stop`"
         )
     sys.exit(0 if summary["ok"] else 1)
