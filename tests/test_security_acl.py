@@ -409,13 +409,6 @@ def refusal_text(exc: BaseException) -> str:
     return " | ".join(parts)
 
 
-IN_SCRIPT_UNNAMED = (
-    "Redis 7.0 does not name the command refused inside a script ('The user executing the "
-    "script can't run this command or subcommand ... @user_script:<line>'), and emq does not "
-    "yet map the line back to the command"
-)
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("role", "command", "in_script"),
@@ -435,8 +428,6 @@ def test_a_missing_permission_is_an_error_that_names_the_command(
     in_script: bool,
     request: pytest.FixtureRequest,
 ) -> None:
-    if in_script and acl.kind == "redis":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=IN_SCRIPT_UNNAMED))
     make_dead(q)
     url = acl.user(role, qname, name=f"{role}-limited", drop=command)
     with Queue.from_url(url, qname) as limited:
@@ -483,20 +474,9 @@ async def test_a_worker_missing_a_permission_logs_the_command_and_goes_on_once_g
         w.stop()
         await asyncio.wait([task], timeout=15)
     assert w.stats.completed == 1 and q.counts()["completed"] == 1
-    if acl.kind == "redis":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=IN_SCRIPT_UNNAMED))
     assert any("'zpopmin'" in text for text in refused()), refused()
 
 
-NOT_MAPPED = (
-    "a refusal inside a script comes back as an ERR reply ('ACL failure in script: User ... has "
-    "no permissions to run the ... command' on Valkey and Redis >= 7.2, 'The user executing "
-    "the script can't run this command or subcommand' on Redis 7.0), and one inside MULTI "
-    "(Queue.jobs, counts) as redis-py's ExecAbortError/NoPermissionError outside scripts.run: "
-    "emq raises ScriptError ('a bug') or a raw redis-py error, not ServerRefused('NOPERM')"
-)
-
-UNMAPPED = pytest.mark.xfail(strict=True, reason=NOT_MAPPED)
 
 
 @pytest.mark.timeout(60)
@@ -504,8 +484,8 @@ UNMAPPED = pytest.mark.xfail(strict=True, reason=NOT_MAPPED)
     ("role", "command"),
     [
         ("emq-producer", "evalsha"),
-        pytest.param("emq-producer", "xadd", marks=UNMAPPED),
-        pytest.param("emq-operator", "hgetall", marks=UNMAPPED),
+        ("emq-producer", "xadd"),
+        ("emq-operator", "hgetall"),
     ],
 )  # fmt: skip
 def test_a_missing_permission_is_server_refused_noperm(

@@ -18,14 +18,20 @@ import redis.asyncio
 
 from . import durability, scripts
 from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
-from .config import Backoff, QueueOptions, check_url
+from .config import (
+    DEFAULT_LEASE_MS,
+    MAX_STALLED,
+    SWEEP_LIMIT,
+    Backoff,
+    QueueOptions,
+    check_url,
+)
 from .errors import EmqError, InvalidOption
 from .events import Event, aiter_events
 from .ids import check_id
 from .records import Answer, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .shell import (
     CHUNK,
-    DEFAULT_LEASE_MS,
     RESEND_DELAYS_S,
     UNREACHABLE,
     WINDOW,
@@ -246,11 +252,15 @@ class AsyncQueue(ShellBase):
         """Move due scheduled jobs to pending (a claim does this by itself too)."""
         return await self._run(self.core.promote(limit))
 
-    async def sweep_stalled(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+    async def sweep_stalled(
+        self, max_stalled: int = MAX_STALLED, limit: int = SWEEP_LIMIT
+    ) -> SweepResult:
         """One bounded stalled sweep (the seed's recovery, one script)."""
         return await self._run(self.core.sweep_stalled(max_stalled, limit))
 
-    async def sweep_all(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+    async def sweep_all(
+        self, max_stalled: int = MAX_STALLED, limit: int = SWEEP_LIMIT
+    ) -> SweepResult:
         """Sweep until a call handles fewer than ``limit`` leases; each call is one bounded step."""
         total = SweepResult()
         while True:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .config import Backoff, QueueOptions
+from .checks import check_int, shown
+from .config import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_LEASE_MS, Backoff, QueueOptions
 from .errors import InvalidName, InvalidOption
 from .ids import check_id
 from .keys import QueueKeys, node_key
@@ -31,7 +32,6 @@ MAX_BATCH = 1_000
 MAX_CHUNK = 10_000
 MAX_ERROR_CHARS = 4_096
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-MAX_DELAY_MS = 10 * 365 * 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +44,6 @@ class Call(Generic[T]):
     decode: Callable[[Any], T]
 
 
-def _int_option(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOption(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise InvalidOption(f"{name} must be within {low}..{high}, got {value}")
-    return value
-
-
 _VALID_NAMES: set[str] = set()  # job names already checked (bounded: names repeat)
 
 
@@ -60,7 +52,7 @@ def check_job_name(name: object) -> str:
         return name
     if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
         raise InvalidName(
-            f"job name {name!r} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
+            f"job name {shown(name)} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
         )
     if len(_VALID_NAMES) < 4096:
         _VALID_NAMES.add(name)
@@ -71,13 +63,15 @@ def check_text(what: str, value: object, most: int) -> str:
     """A non-empty string of at most ``most`` characters that encodes as UTF-8 (no lone
     surrogates), or :class:`InvalidOption` saying what to fix."""
     if not isinstance(value, str) or not 0 < len(value) <= most:
-        raise InvalidOption(f"{what} must be a non-empty string of at most {most}, got {value!r}")
+        raise InvalidOption(
+            f"{what} must be a non-empty string of at most {most}, got {shown(value)}"
+        )
     if not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidOption(
-                f"{what} {value!r} is not valid Unicode (a lone surrogate?): {exc}"
+                f"{what} {shown(value)} is not valid Unicode (a lone surrogate?): {exc}"
             ) from None
     return value
 
@@ -96,7 +90,7 @@ def decode_payload(text: str | None) -> Any:
 def _pairs(items: Iterable[tuple[str, int]]) -> list[Arg]:
     args: list[Arg] = []
     for job_id, token in items:
-        args += [check_id(job_id), _int_option("token", token, 1, 2**62)]
+        args += [check_id(job_id), check_int("token", token, 1, 2**62)]
     if not args:
         raise InvalidOption("at least one (job_id, token) pair is required")
     if len(args) > 2 * MAX_BATCH:
@@ -140,11 +134,11 @@ class QueueCore:
         check_job_name(name)
         text = encode_payload(payload, self.options.max_payload_bytes)
         if delay_ms.__class__ is not int or not 0 <= delay_ms <= MAX_DELAY_MS:
-            _int_option("delay_ms", delay_ms, 0, MAX_DELAY_MS)
+            check_int("delay_ms", delay_ms, 0, MAX_DELAY_MS, "ms")
         if priority.__class__ is not int or not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-            _int_option("priority", priority, *PRIORITY_RANGE)
+            check_int("priority", priority, *PRIORITY_RANGE)
         attempts = self.options.max_attempts if max_attempts is None else max_attempts
-        _int_option("max_attempts", attempts, 1, 1_000_000)
+        check_int("max_attempts", attempts, 1, MAX_ATTEMPTS)
         if key is not None:
             check_text("dedup key", key, 256)
         if id is not None:
@@ -168,8 +162,8 @@ class QueueCore:
         """``request`` names the call so a resend after a lost reply (redis-py retries on
         connection errors) returns the same jobs instead of leasing more; a fresh one by
         default."""
-        _int_option("count", count, 1, MAX_BATCH)
-        _int_option("lease_ms", lease_ms, 1, 86_400_000)
+        check_int("count", count, 1, MAX_BATCH)
+        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS, "ms")
         request = uuid.uuid4().hex if request is None else check_text("request", request, 128)
         k = self.keys
         return Call(
@@ -181,7 +175,7 @@ class QueueCore:
 
     def extend(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> Call[list[int | Answer]]:
         """Per job: the new deadline (server ms), or ``Answer.LOST`` / ``Answer.GONE``."""
-        _int_option("lease_ms", lease_ms, 1, 86_400_000)
+        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS, "ms")
         k = self.keys
         args = [k.prefix, self._maxlen, lease_ms, *_pairs(pairs)]
         return Call("extend", [k.active, k.events], args, _decode_deadlines)
@@ -215,21 +209,21 @@ class QueueCore:
         args: list[Arg] = [k.prefix, self._maxlen]
         for job_id, token, delay_ms in items:
             args += _pairs([(job_id, token)])
-            args.append(_int_option("delay_ms", delay_ms, 0, 10 * 365 * 86_400_000))
+            args.append(check_int("delay_ms", delay_ms, 0, MAX_DELAY_MS, "ms"))
         if len(args) == 2:
             raise InvalidOption("delay needs at least one job")
         keys = [k.active, k.pending, k.schedule, k.events, k.wake]
         return Call("delay", keys, args, decode_answers)
 
     def promote(self, limit: int) -> Call[list[str]]:
-        _int_option("limit", limit, 1, MAX_CHUNK)
+        check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
         keys = [k.schedule, k.pending, k.events, k.wake, k.metrics]
         return Call("promote", keys, [k.prefix, self._maxlen, limit], list)
 
     def sweep_stalled(self, max_stalled: int, limit: int) -> Call[SweepResult]:
-        _int_option("max_stalled", max_stalled, 0, 1_000_000)
-        _int_option("limit", limit, 1, MAX_CHUNK)
+        check_int("max_stalled", max_stalled, 0, 1_000_000)
+        check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
         return Call(
             "sweep_stalled",
@@ -241,7 +235,7 @@ class QueueCore:
     def redrive(
         self, ids: Sequence[str], keep_counters: bool, all_limit: int = 0
     ) -> Call[list[str]]:
-        _int_option("all_limit", all_limit, 0, MAX_CHUNK)
+        check_int("all_limit", all_limit, 0, MAX_CHUNK)
         checked = [check_id(i) for i in ids]
         if bool(checked) == bool(all_limit):
             raise InvalidOption("redrive takes either ids or all_limit, not both or neither")
@@ -264,14 +258,14 @@ class QueueCore:
         return Call("resume", [k.meta, k.events, k.wake], [self._maxlen], lambda r: r == 1)
 
     def drain(self, limit: int) -> Call[int]:
-        _int_option("limit", limit, 1, MAX_CHUNK)
+        check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
         return Call(
             "drain", [k.pending, k.schedule, k.events], [k.prefix, self._maxlen, limit], int
         )
 
     def obliterate(self, limit: int, force: bool) -> Call[tuple[int, bool]]:
-        _int_option("limit", limit, 1, MAX_CHUNK)
+        check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
         keys = [
             k.pending,
@@ -292,7 +286,7 @@ class QueueCore:
             return self.keys.location(Location(location).value)
         except ValueError:
             names = ", ".join(loc.value for loc in Location)
-            raise InvalidOption(f"unknown location {location!r}; use one of {names}") from None
+            raise InvalidOption(f"unknown location {shown(location)}; use one of {names}") from None
 
 
 def node_lease(node: int, owner: str, ttl_ms: int) -> Call[tuple[bool, int]]:

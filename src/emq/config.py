@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlparse, urlsplit
 
+from .checks import check_int
 from .errors import InvalidOption, InvalidUrl
 
 URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
@@ -80,12 +81,15 @@ def check_url(url: str) -> str:
     return url
 
 
-def _positive(name: str, value: int, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOption(f"{name} must be an integer, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidOption(f"{name} must be {bound}, got {value}")
+# Defaults and ranges, each written once: the option dataclasses, the shells, the calls and
+# the CLI read them from here.
+DEFAULT_LEASE_MS = 30_000
+MAX_LEASE_MS = 86_400_000  # the longest lease a claim or an extend accepts (one day)
+MIN_WORKER_LEASE_MS = 100  # a worker's heartbeat needs room to renew a lease
+MAX_STALLED = 2  # the stall count at which the sweep dead-letters a job (0: never)
+SWEEP_LIMIT = 100  # expired leases handled per sweep call
+MAX_ATTEMPTS = 1_000_000
+MAX_DELAY_MS = 10 * 365 * 86_400_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,8 +109,8 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.kind not in ("fixed", "exponential"):
             raise InvalidOption(f"backoff kind must be 'fixed' or 'exponential', got {self.kind!r}")
-        _positive("backoff base_ms", self.base_ms, allow_zero=True)
-        _positive("backoff cap_ms", self.cap_ms, allow_zero=True)
+        check_int("backoff base_ms", self.base_ms, 0, unit="ms")
+        check_int("backoff cap_ms", self.cap_ms, 0, unit="ms")
         if not 0.0 <= self.jitter <= 1.0:
             raise InvalidOption(f"backoff jitter must be within 0..1, got {self.jitter}")
 
@@ -150,15 +154,15 @@ class QueueOptions:
     allow_eviction: bool = False
 
     def __post_init__(self) -> None:
-        _positive("events_maxlen", self.events_maxlen, allow_zero=True)
-        _positive("max_payload_bytes", self.max_payload_bytes)
-        _positive("max_attempts", self.max_attempts)
+        check_int("events_maxlen", self.events_maxlen, 0)
+        check_int("max_payload_bytes", self.max_payload_bytes, 1)
+        check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
         if self.durability not in DURABILITY:
             raise InvalidOption(
                 f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
                 f"got {self.durability!r}"
             )
-        _positive("durability_timeout_ms", self.durability_timeout_ms)
+        check_int("durability_timeout_ms", self.durability_timeout_ms, 1, unit="ms")
         if not isinstance(self.allow_eviction, bool):
             raise InvalidOption(
                 f"allow_eviction must be True or False, got {self.allow_eviction!r}"

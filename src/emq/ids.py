@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 
+from .checks import shown
 from .errors import InvalidId
 
 EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -62,7 +63,7 @@ def check_id(job_id: object) -> str:
     """Return ``job_id`` if it is a branded emq id, else raise :class:`InvalidId`."""
     if not isinstance(job_id, str) or not ID_PATTERN.fullmatch(job_id):
         raise InvalidId(
-            f"job id {job_id!r} is invalid: expected 'JOB' followed by 11 characters "
+            f"job id {shown(job_id)} is invalid: expected 'JOB' followed by 11 characters "
             "from 0-9 A-Z a-z (ids are minted by emq; use Queue.new_id())"
         )
     value = 0

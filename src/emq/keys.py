@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .checks import shown
 from .errors import InvalidName
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -17,9 +18,8 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 def check_queue_name(name: object) -> str:
     """Return ``name`` if it matches ``^[A-Za-z0-9._-]{1,128}$``, else raise InvalidName."""
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
         raise InvalidName(
-            f"queue name {shown!r} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ -"
+            f"queue name {shown(name)} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ -"
         )
     return name
 

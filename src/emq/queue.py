@@ -21,14 +21,20 @@ import redis
 
 from . import durability, scripts
 from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
-from .config import Backoff, QueueOptions, check_url
+from .config import (
+    DEFAULT_LEASE_MS,
+    MAX_STALLED,
+    SWEEP_LIMIT,
+    Backoff,
+    QueueOptions,
+    check_url,
+)
 from .errors import EmqError, InvalidOption
 from .events import Event, iter_events
 from .ids import check_id
 from .records import Answer, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .shell import (
     CHUNK,
-    DEFAULT_LEASE_MS,
     RESEND_DELAYS_S,
     UNREACHABLE,
     WINDOW,
@@ -249,11 +255,15 @@ class Queue(ShellBase):
         """Move due scheduled jobs to pending (a claim does this by itself too)."""
         return self._run(self.core.promote(limit))
 
-    def sweep_stalled(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+    def sweep_stalled(
+        self, max_stalled: int = MAX_STALLED, limit: int = SWEEP_LIMIT
+    ) -> SweepResult:
         """One bounded stalled sweep (the seed's recovery, one script)."""
         return self._run(self.core.sweep_stalled(max_stalled, limit))
 
-    def sweep_all(self, max_stalled: int = 2, limit: int = 100) -> SweepResult:
+    def sweep_all(
+        self, max_stalled: int = MAX_STALLED, limit: int = SWEEP_LIMIT
+    ) -> SweepResult:
         """Sweep until a call handles fewer than ``limit`` leases; each call is one bounded step."""
         total = SweepResult()
         while True:

@@ -154,11 +154,28 @@ _STRIPPED: tuple[tuple[type[ResponseError], str], ...] = (
 )
 
 
-def refusal(exc: ResponseError) -> EmqError:
+_SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
+_CALLED = re.compile(r"redis\.call\('([A-Za-z]+)'")
+_NAMED = re.compile(r"'[a-z|]+' command")
+
+
+def _name_the_command(text: str, script: Script | None) -> str:
+    """Servers that do not name the command a script was refused (Redis 7.0 names only the
+    line) get it added from the script's source."""
+    line = _SCRIPT_LINE.search(text)
+    if script is None or line is None or _NAMED.search(text):
+        return text
+    lines = script.source.splitlines()
+    n = int(line[1])
+    called = _CALLED.search(lines[n - 1]) if 0 < n <= len(lines) else None
+    return f"{text} (line {n} of {script.name}.lua runs '{called[1].lower()}')" if called else text
+
+
+def refusal(exc: ResponseError, script: Script | None = None) -> EmqError:
     """The emq error for an error reply: a script's refusal (``EMQ<CLASS>``), a server's
     refusal (:class:`~emq.errors.ServerRefused`, :class:`~emq.errors.ServerOutOfMemory`), or
     else :class:`~emq.errors.ScriptError` (a bug)."""
-    text = str(exc)
+    text = _name_the_command(str(exc), script)
     for cls, head in _STRIPPED:
         if isinstance(exc, cls) and not text.startswith(head):
             text = f"{head} {text}"
@@ -204,7 +221,7 @@ def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | 
                 _reload_or_give_up(script, started, exc)
                 _check_loaded(script, client.script_load(script.source))
     except ResponseError as exc:
-        raise _refusal(exc) from None
+        raise _refusal(exc, script) from None
     except _LOST as exc:
         raise _unreachable(exc) from exc
 
@@ -222,18 +239,18 @@ async def run_async(
                 _reload_or_give_up(script, started, exc)
                 _check_loaded(script, await client.script_load(script.source))
     except ResponseError as exc:
-        raise _refusal(exc) from None
+        raise _refusal(exc, script) from None
     except _LOST as exc:
         raise _unreachable(exc) from exc
 
 
-def _sorted_replies(replies: list[Any]) -> tuple[list[int], EmqError | None]:
+def _sorted_replies(replies: list[Any], script: Script) -> tuple[list[int], EmqError | None]:
     """The positions of a pipeline's replies that were ``NOSCRIPT`` (to be re-run alone, which
     loads the script) and the first other refusal (raised once every reply has been read)."""
     reload = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
     refused = next((r for r in replies if isinstance(r, ResponseError) and not
                     isinstance(r, NoScriptError)), None)  # fmt: skip
-    return reload, None if refused is None else refusal(refused)
+    return reload, None if refused is None else refusal(refused, script)
 
 
 Calls = list[tuple[list[str], list[str | int | float]]]
@@ -251,7 +268,7 @@ def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
             replies = pipe.execute(raise_on_error=False)
     except _LOST as exc:
         raise _unreachable(exc) from exc
-    reload, refused = _sorted_replies(replies)
+    reload, refused = _sorted_replies(replies, script)
     for i in reload:
         replies[i] = run(client, name, *calls[i])
     if refused is not None:
@@ -269,7 +286,7 @@ async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Cal
             replies = await pipe.execute(raise_on_error=False)
     except _LOST as exc:
         raise _unreachable(exc) from exc
-    reload, refused = _sorted_replies(replies)
+    reload, refused = _sorted_replies(replies, script)
     for i in reload:
         replies[i] = await run_async(client, name, *calls[i])
     if refused is not None:

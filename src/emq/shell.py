@@ -17,7 +17,6 @@ from .errors import ConflictInBatch, InvalidOption, InvalidPayload, JobNotFound,
 from .ids import NODES, Minter
 from .records import Answer, EnqueuedId, JobSpec
 
-DEFAULT_LEASE_MS = 30_000
 CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
 WINDOW = 4  # enqueue chunks in flight at once (pipelined, or on separate connections)
 # Idempotent calls (enqueue: the ids are minted before sending; claim: it carries a request

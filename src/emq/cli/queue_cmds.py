@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..config import MAX_STALLED
 from ..errors import InvalidPayload
 from ..records import Job
 from ..states import STATE_OF_LOCATION, Location
@@ -104,7 +105,7 @@ def enqueue(
 @click.option(
     "--max-stalled",
     type=int,
-    default=2,
+    default=MAX_STALLED,
     show_default=True,
     help="Stall count at which a job is dead-lettered; 0 = never.",
 )

@@ -13,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Backoff
+from ..checks import check_int
+from ..config import (
+    DEFAULT_LEASE_MS,
+    MAX_ATTEMPTS,
+    MAX_LEASE_MS,
+    MAX_STALLED,
+    MIN_WORKER_LEASE_MS,
+    SWEEP_LIMIT,
+    Backoff,
+)
 from ..errors import EmqError, InvalidOption
 
 Handler = Callable[..., Any]
@@ -23,15 +32,6 @@ Handler = Callable[..., Any]
 class Permanent(EmqError):
     """Raise from a handler to fail the job with no retry: it goes straight to ``dead``
     (``fail`` with ``retry=False``), whatever attempts remain."""
-
-
-def _check_ms(name: str, value: int | None, *, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOption(f"{name} must be an integer number of ms, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidOption(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,11 +52,11 @@ class WorkerOptions:
 
     concurrency: int = 10
     prefetch: int = 0
-    lease_ms: int = 30_000
+    lease_ms: int = DEFAULT_LEASE_MS
     heartbeat_ms: int | None = None
     stalled_interval_ms: int = 5_000
-    max_stalled: int = 2
-    sweep_limit: int = 100
+    max_stalled: int = MAX_STALLED
+    sweep_limit: int = SWEEP_LIMIT
     timeout_ms: int | None = 300_000
     grace_ms: int = 30_000
     poll_ms: int = 1_000
@@ -65,17 +65,19 @@ class WorkerOptions:
     burst: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "lease_ms", "stalled_interval_ms", "sweep_limit", "poll_ms"):
-            _check_ms(name, getattr(self, name))
-        for name in ("prefetch", "max_stalled", "grace_ms"):
-            _check_ms(name, getattr(self, name), allow_zero=True)
-        _check_ms("heartbeat_ms", self.heartbeat_ms)
-        _check_ms("timeout_ms", self.timeout_ms)
-        _check_ms("max_attempts", self.max_attempts)
-        if self.concurrency > 1000 or self.prefetch > 1000:
-            raise InvalidOption("concurrency and prefetch must each be at most 1000")
-        if self.lease_ms < 100:
-            raise InvalidOption(f"lease_ms must be at least 100, got {self.lease_ms}")
+        check_int("concurrency", self.concurrency, 1, 1000)
+        check_int("prefetch", self.prefetch, 0, 1000)
+        check_int("lease_ms", self.lease_ms, MIN_WORKER_LEASE_MS, MAX_LEASE_MS, "ms")
+        check_int("max_stalled", self.max_stalled, 0, 1_000_000)
+        check_int("sweep_limit", self.sweep_limit, 1, 10_000)
+        for name in ("stalled_interval_ms", "poll_ms"):
+            check_int(name, getattr(self, name), 1, unit="ms")
+        check_int("grace_ms", self.grace_ms, 0, unit="ms")
+        for name in ("heartbeat_ms", "timeout_ms"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1, unit="ms")
+        if self.max_attempts is not None:
+            check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
         if self.heartbeat_ms is not None and self.heartbeat_ms * 2 > self.lease_ms:
             raise InvalidOption(
                 f"heartbeat_ms ({self.heartbeat_ms}) must be at most half of lease_ms "
@@ -112,8 +114,10 @@ class HandlerSpec:
     ) -> HandlerSpec:
         if not callable(fn):
             raise InvalidOption(f"handler for {name!r} is not callable: {fn!r}")
-        _check_ms("max_attempts", max_attempts)
-        _check_ms("timeout_ms", timeout_ms)
+        if max_attempts is not None:
+            check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+        if timeout_ms is not None:
+            check_int("timeout_ms", timeout_ms, 1, unit="ms")
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
         )
