@@ -42,6 +42,7 @@ def crash_at(point: str, on_cycle: int = 1) -> Callable[[str], None]:
     return hook
 
 
+@pytest.mark.slow
 def test_producer_at_full_speed_while_cycles_run_loses_and_duplicates_nothing(
     url: str, qname: str, client: redis.Redis, tmp_path: Path
 ) -> None:

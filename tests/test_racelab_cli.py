@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from emq.cli.main import cli
@@ -71,6 +72,7 @@ def test_race_explore_tables(url: str) -> None:
     assert "atomic form" in res.output and "interleavings" in res.output
 
 
+@pytest.mark.slow
 def test_race_stress_json(url: str) -> None:
     args = ["race", "stress", "--mode", "atomic", "--procs", "2", "--seconds", "1", "--json"]
     res = CliRunner().invoke(cli, [*args, "--url", url])

@@ -8,6 +8,7 @@ before either write.
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from emq.racelab.explorer import COLUMNS, explore_one, schedules
@@ -49,6 +50,7 @@ def test_naive_two_sweeps_match_the_model(client: redis.Redis) -> None:
     assert row.counts["in_none"] == 924
 
 
+@pytest.mark.slow
 def test_naive_with_a_claiming_worker_delivers_twice(client: redis.Redis) -> None:
     row = explore_one(client, "naive", with_worker=True)
     assert row.interleavings == 12_012

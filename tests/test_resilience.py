@@ -70,6 +70,7 @@ def test_restart_between_enqueue_and_claim_loses_nothing(
     own.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_enqueue_rides_out_a_restart_without_duplicates(
     server: EmbeddedServer, tmp_path: Path
@@ -98,6 +99,7 @@ def test_enqueue_rides_out_a_restart_without_duplicates(
     own.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_async_enqueue_rides_out_a_restart(server: EmbeddedServer, tmp_path: Path) -> None:
     import asyncio

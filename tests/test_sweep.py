@@ -45,6 +45,7 @@ def _overlapping_sweeps(url: str, name: str) -> tuple[list[str], list[str]]:
     return [i for r in results for i in r[0]], [i for r in results for i in r[1]]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_overlapping_sweeps_recover_each_lease_exactly_once(
     url: str, qname: str, client: redis.Redis

@@ -101,6 +101,7 @@ def runs(client: redis.Redis, queue: str) -> list[str]:
 FAST = ["--stalled-interval-ms", "300", "--log-level", "debug"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_job_is_recovered_after_its_lease_and_completes_once(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
@@ -128,6 +129,7 @@ def test_sigkill_mid_job_is_recovered_after_its_lease_and_completes_once(
     assert_consistent(client, qname)
 
 
+@pytest.mark.slow
 def test_sigstop_past_lease_then_resume_gets_lease_lost_and_other_run_is_recorded(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
