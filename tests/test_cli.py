@@ -85,6 +85,7 @@ def test_unreachable_server_is_one_clear_line(qname: str) -> None:
     assert result.exit_code == 2 and "cannot reach the server" in result.output
 
 
+@pytest.mark.slow
 def test_server_lifecycle(tmp_path: Path) -> None:
     d = str(tmp_path / "emq")
     code, out = run("server", "status", "--dir", d)

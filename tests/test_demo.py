@@ -15,6 +15,7 @@ import pytest
 from emq.server import EmbeddedServer
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_demo_runs_on_a_fresh_directory_and_loses_nothing(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("EMQ_URL", "EMQ_HOME")}
@@ -28,8 +29,7 @@ def test_demo_runs_on_a_fresh_directory_and_loses_nothing(tmp_path: Path) -> Non
         EmbeddedServer(tmp_path / ".emq").stop()
     elapsed = time.monotonic() - t0
     out = done.stdout + done.stderr
-    assert done.returncode == 0, out
-    assert elapsed < 60, elapsed
+    assert done.returncode == 0, out  # how long it took is printed, not asserted: a speed
     for line in (
         "SIGKILL w1 mid-job",
         "SIGSTOP",
@@ -45,6 +45,7 @@ def test_demo_runs_on_a_fresh_directory_and_loses_nothing(tmp_path: Path) -> Non
     print(f"\nemq demo on a fresh directory: {elapsed:.1f} s")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_demo_json_is_one_summary_object(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("EMQ_URL", "EMQ_HOME")}

@@ -341,6 +341,7 @@ def _power_cut(srv: EmbeddedServer) -> None:
     srv.start()  # from the same directory: loads what reached the AOF file
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_power_cut_keeps_every_acknowledged_durable_write(
     server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -244,6 +244,7 @@ async def test_producer_enqueues_under_its_acl(acl: AclServer, q: Queue, qname: 
     acl.assert_only_expected_denials("emq-producer")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_worker_runs_under_its_acl_in_burst_and_parked(
     acl: AclServer, q: Queue, qname: str

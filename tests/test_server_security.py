@@ -94,6 +94,7 @@ def test_data_dir_and_every_file_are_private_after_start_and_after_writes(
     assert_private(own.data_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_unauthenticated_and_wrong_password_clients_are_refused(own: EmbeddedServer) -> None:
     url = own.start()
@@ -108,6 +109,7 @@ def test_unauthenticated_and_wrong_password_clients_are_refused(own: EmbeddedSer
     assert len(password) >= 40 and f":{password}@" in url
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_restart_keeps_port_password_and_data(own: EmbeddedServer) -> None:
     url = own.start()
@@ -176,6 +178,7 @@ def emq(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_cli_finds_the_embedded_server_and_only_server_url_prints_the_password(
     tmp_path: Path,
