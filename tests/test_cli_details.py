@@ -5,6 +5,7 @@ help on every option, ``--json`` on every command, and both names of the schedul
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,22 @@ def test_jobs_accepts_scheduled_and_schedule(url: str, qname: str) -> None:
         assert [j["id"] for j in json.loads(out.output)["jobs"]] == [made["id"]]
     table = invoke("jobs", qname, "scheduled", "--url", url)
     assert f"{qname} / scheduled" in table.output and made["id"] in table.output
+
+
+def test_on_a_narrow_terminal_table_cells_fold_and_ids_stay_whole(
+    url: str, qname: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from emq.cli import common
+
+    screen = io.StringIO()
+    term = Console(file=screen, force_terminal=True, width=50, soft_wrap=True, color_system=None)
+    monkeypatch.setattr(common, "console", term)
+    made = invoke("enqueue", qname, "a-rather-long-job-name-here", "--url", url, "--json")
+    job_id = json.loads(made.output)["id"]
+    assert invoke("jobs", qname, "pending", "--url", url).exit_code == 0
+    text = screen.getvalue()
+    assert job_id in text, text
+    assert "…" not in text, "folded, not cut"
+    assert max(len(line) for line in text.splitlines()) <= 50

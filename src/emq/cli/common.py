@@ -143,8 +143,12 @@ def row(t: Table, *cells: object) -> None:
 
 def show(renderable: RenderableType, *, fit: bool = False) -> None:
     """Print a table (or any renderable): squeezed to fit a terminal, at its natural width
-    when stdout is a pipe or a file, so no header or cell is cut (``fit``: always squeezed,
+    when stdout is a pipe or a file. No header or cell is cut: on a narrow terminal a table's
+    cells fold onto more lines instead of ending in an ellipsis (``fit``: always squeezed,
     for a picture whose cells fold)."""
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            column.overflow = "fold" if column.overflow == "ellipsis" else column.overflow
     if fit or console.is_terminal:
         console.print(renderable, soft_wrap=False)
         return

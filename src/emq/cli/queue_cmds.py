@@ -45,6 +45,7 @@ def _job_dict(job: Job) -> dict[str, Any]:
 
 def _jobs_table(title: str, jobs: list[Job]) -> Table:
     t = table(title, "id", "name", "state", "attempts", "stalled", "last_error")
+    t.columns[0].no_wrap = True  # an id is copied whole: the other columns give way first
     for j in jobs:
         row(t, j.id, j.name, j.state, j.attempts, j.stalled, one_line(j.last_error or ""))
     return t
