@@ -27,13 +27,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..async_queue import AsyncQueue
 from ..records import Answer
-from .connect import SERVER_ERRORS, Outage
+from .connect import Outage, retry
 from .execute import Outcome
 from .heartbeat import Lease
+from .log import event
 
 CHUNK = 1_000
 T = TypeVar("T")
@@ -111,16 +112,9 @@ class AckBuffer:
                 await self._send("complete" if complete else "fail", acks[start : start + CHUNK])
 
     async def _retry(self, where: str, send: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
-        retried = False
-        while True:
-            try:
-                result = await send()
-            except SERVER_ERRORS as exc:
-                retried = True
-                await asyncio.sleep(self._outage.failed(exc, where))
-                continue
-            self._outage.ok(where)
-            return result, retried
+        """Re-send until it lands (an ack is never dropped for a server error)."""
+        result, retried = await retry(self._outage, where, send)
+        return cast(T, result), retried  # no stop, no deadline: it returns only on success
 
     async def _send(self, kind: str, acks: list[Ack]) -> None:
         q = acks[0].queue
@@ -154,16 +148,7 @@ class AckBuffer:
         else:
             return Answer.LOST
         self.uncertain += 1
-        self._log.warning(
-            "an acknowledgement's reply was lost; the row shows it was applied",
-            extra={
-                "emq": {
-                    "event": "uncertain_ack",
-                    "queue": q.name,
-                    "job": lease.id,
-                    "kind": kind,
-                    "settled": answer,
-                }
-            },
-        )
+        event(self._log, "warning", "an acknowledgement's reply was lost; the row shows it "
+              "was applied", "uncertain_ack", queue=q.name, job=lease.id, kind=kind,
+              settled=answer)  # fmt: skip
         return answer

@@ -9,11 +9,14 @@ complete or fail is re-sent and a refusal is then checked against the row (see
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import threading
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -24,6 +27,9 @@ from ..config import check_url, redact_url
 from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
 from ..shell import UNREACHABLE
+from .log import event
+
+T = TypeVar("T")
 
 OUTAGE_ERRORS = UNREACHABLE
 """Errors that mean "the server is unreachable (or restarting)"."""
@@ -178,12 +184,9 @@ class Outage:
                 self._logged = True
                 self.count += 1
                 what = "server unreachable" if kind == "unreachable" else "server call failed"
-                self._log.log(
-                    logging.WARNING if kind == "unreachable" else logging.ERROR,
-                    f"{what} ({where}); retrying with backoff",
-                    extra={"emq": {"event": "outage", "where": where, "kind": kind,
-                                   "error": text, "url": self._url}},
-                )  # fmt: skip
+                event(self._log, "warning" if kind == "unreachable" else "error",
+                      f"{what} ({where}); retrying with backoff", "outage",
+                      where=where, kind=kind, error=text, url=self._url)  # fmt: skip
             delay = min(self._cap, self._base * 2 ** min(tries, 16))
         return random.uniform(delay / 2, delay)
 
@@ -200,8 +203,55 @@ class Outage:
             self._logged = False
             down_s = time.monotonic() - self._first
             kinds = sorted(self._kinds)
-        self._log.warning(
-            "server calls succeed again",
-            extra={"emq": {"event": "reconnected", "down_ms": round(down_s * 1000),
-                           "kinds": kinds, "url": self._url}},
-        )  # fmt: skip
+        event(self._log, "warning", "server calls succeed again", "reconnected",
+              down_ms=round(down_s * 1000), kinds=kinds, url=self._url)  # fmt: skip
+
+
+async def first(stop: asyncio.Event, *aws: Awaitable[Any]) -> None:
+    """Wait for the first of ``aws`` or ``stop``. Tasks made here from coroutines are
+    cancelled after; futures passed in are left to the caller."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    made = [t for t, a in zip(tasks, aws, strict=True) if t is not a]
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in made:
+            t.cancel()
+        stopped.cancel()
+
+
+async def nap(seconds: float, stop: asyncio.Event | None) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def retry(
+    outage: Outage,
+    where: str,
+    send: Callable[[], Awaitable[T]],
+    *,
+    stop: asyncio.Event | None = None,
+    deadline: float | None = None,
+) -> tuple[T | None, bool]:
+    """The one outage-retry loop of a worker: send until it succeeds, backing off through
+    every server error (unreachable, out of memory, any refusal; logged once per episode by
+    ``outage``). Returns ``(result, retried)``; the result is None once ``stop`` is set or the
+    monotonic ``deadline`` has passed. Any other exception is raised: a bug is never retried."""
+    retried = False
+    while True:
+        try:
+            result = await send()
+        except SERVER_ERRORS as exc:
+            retried = True
+            await nap(outage.failed(exc, where), stop)
+            late = deadline is not None and time.monotonic() >= deadline
+            if late or (stop is not None and stop.is_set()):
+                return None, retried
+            continue
+        outage.ok(where)
+        return result, retried

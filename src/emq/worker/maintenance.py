@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
 from collections.abc import Sequence
 
 from ..async_queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
-from .options import WorkerOptions, WorkerStats
+from .log import Report
+from .options import WorkerOptions
 
 
 class Maintenance:
@@ -28,15 +28,13 @@ class Maintenance:
         self,
         queues: Sequence[AsyncQueue],
         options: WorkerOptions,
-        stats: WorkerStats,
         outage: Outage,
-        log: logging.Logger,
+        report: Report,
     ) -> None:
         self._queues = queues
         self._opts = options
-        self._stats = stats
         self._outage = outage
-        self._log = log
+        self._report = report
         self._owner = uuid.uuid4().hex[:12]
         self._next_sweep = 0.0
 
@@ -77,23 +75,7 @@ class Maintenance:
         if not taken:
             return False
         result = await q.sweep_all(self._opts.max_stalled, self._opts.sweep_limit)
-        self._stats.sweeps += 1
-        self._stats.recovered += len(result.recovered)
-        self._stats.swept_dead += len(result.dead)
-        self._stats.missing += len(result.missing)
-        for job_id in result.missing:
-            self._log.error(
-                "job id in active without its row (evicted or deleted by hand); dropped",
-                extra={"emq": {"event": "missing", "queue": q.name, "job": job_id}},
-            )
-        for job_id in result.recovered:
-            self._log.warning(
-                "stalled job recovered to pending",
-                extra={"emq": {"event": "recovered", "queue": q.name, "job": job_id}},
-            )
-        for job_id in result.dead:
-            self._log.warning(
-                "stalled job dead-lettered (max_stalled reached)",
-                extra={"emq": {"event": "stalled_dead", "queue": q.name, "job": job_id}},
-            )
+        self._report.swept(q.name, result.recovered, result.dead)
+        if result.missing:
+            self._report.missing(q.name, result.missing, "active")
         return True

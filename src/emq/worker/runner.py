@@ -1,6 +1,9 @@
 """One run of a worker: its connections, its held jobs, the claim loop and the dispatch.
 
-A :class:`Runner` lives for one :meth:`emq.worker.Worker.run`. The hot path is two script
+A :class:`Runner` lives for one :meth:`emq.worker.Worker.run` and owns its whole lifecycle
+(:meth:`Runner.run`): start the heartbeat, the maintenance beat and the ack flusher, claim
+until stopped, drain (:mod:`.shutdown`), tear down, and raise
+:class:`~emq.errors.WorkerFailed` if a component failed. The hot path is two script
 calls per batch, whatever its size: one ``claim`` for up to the free slots and one
 ``complete`` for the handlers that finished together. A slot frees when its handler returns
 (:mod:`.execute`); its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
@@ -16,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,16 +28,20 @@ from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
 from ..config import QueueOptions
+from ..errors import WorkerFailed
 from ..queue import Queue
 from ..records import Claimed
 from .acks import Ack, AckBuffer
-from .connect import SERVER_ERRORS, ClientFactory, Outage
+from .connect import SERVER_ERRORS, ClientFactory, Outage, first, nap, retry
 from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
+from .log import Report, event
 from .maintenance import Maintenance
 from .options import HandlerSpec, WorkerOptions, WorkerStats
+from .shutdown import drain
 
 T = TypeVar("T")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEBUG = logging.DEBUG
 AHEAD_FACTOR = 2  # the claim-ahead holds at most this many times ``concurrency``
 TUNE_MAX_RTT_S = 1.0  # a claim slower than this (an outage, a re-send) does not tune it
@@ -67,12 +75,13 @@ class Runner:
             {n: Queue(self.sync, n, options=opt) for n, opt in queues.items()},
             lease_ms=o.lease_ms,
             interval_s=o.beat_ms / 1000,
-            on_lost=self._lost_from_thread,
-            on_crash=self._crash_from_thread,
+            on_lost=functools.partial(self._soon, self._lease_lost),
+            on_crash=functools.partial(self._soon, self.crash, "heartbeat"),
             outage=self.outage,
             log=log,
         )
-        self.beat = Maintenance(self.queues, o, stats, self.outage, log)
+        self.report = Report(log, stats)
+        self.beat = Maintenance(self.queues, o, self.outage, self.report)
         self.acks = AckBuffer(self.outage, log, self._acked, self._landed)
         self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.slots = Slots(
@@ -96,6 +105,65 @@ class Runner:
         self.max_ahead = AHEAD_FACTOR * o.concurrency
         self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
+        self.forced = False  # a second signal stopped the run at once
+
+    async def run(self, names: list[str], handle_signals: bool) -> None:
+        """The whole run: start -> claim loop -> drain -> teardown, then raise
+        :class:`~emq.errors.WorkerFailed` if a component failed. With ``handle_signals``
+        (main thread only), SIGTERM/SIGINT stop gracefully and a second one at once."""
+        main = asyncio.current_task()
+        signals = False
+        if handle_signals and main is not None:
+            signals = True
+            for sig in SIGNALS:
+                self.loop.add_signal_handler(sig, self._on_signal, sig, main)
+        self.hb.start()
+        beat = asyncio.create_task(self.beat.run(self.stop), name="emq-beat")
+        flusher = asyncio.create_task(self.acks.run(), name="emq-acks")
+        self.watch("maintenance", beat)
+        self.watch("acks", flusher)
+        o = self.options
+        self.event("info", "worker started", "started", queues=names, concurrency=o.concurrency,
+                   lease_ms=o.lease_ms, handlers=sorted(self.handlers))  # fmt: skip
+        try:
+            for part, step in (("claim", self.claim_loop), ("drain", lambda: drain(self, flusher))):
+                try:
+                    await step()
+                except Exception as exc:  # a bug: stop, hand back what can be, then raise
+                    self.crash(part, exc)
+        except asyncio.CancelledError:
+            if not self.forced:
+                raise
+        finally:
+            self.stop.set()
+            self.hb.stop()
+            for task in (beat, flusher, *(j.task for j in self.live if j.task)):
+                task.cancel()
+            await asyncio.gather(beat, flusher, return_exceptions=True)
+            await self.close()
+            if signals:
+                for sig in SIGNALS:
+                    self.loop.remove_signal_handler(sig)
+            self.event("info", "worker stopped", "stopped", forced=self.forced,
+                       **self.stats.as_dict())  # fmt: skip
+        if self.crashed is not None:
+            component, cause = self.crashed
+            message = f"the worker's {component} failed: {type(cause).__name__}: {cause}"
+            raise WorkerFailed(message) from cause
+
+    def request_stop(self) -> None:
+        """A graceful stop; safe from any thread."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
+            self.loop.call_soon_threadsafe(self.stop.set)
+
+    def _on_signal(self, sig: signal.Signals, main: asyncio.Task[Any]) -> None:
+        if self.stop.is_set():
+            self.forced = True
+            self.event("warning", "second signal: stopping now", "forced", signal=sig.name)
+            main.cancel()
+        else:
+            self.event("info", "stopping gracefully", "stopping", signal=sig.name)
+            self.stop.set()
 
     async def close(self) -> None:
         self.stop.set()
@@ -117,19 +185,15 @@ class Runner:
         make the run raise :class:`~emq.errors.WorkerFailed`. Never silent."""
         if self.crashed is None:
             self.crashed = (component, exc)
-            self.event(
-                "error",
-                f"{component} failed: {type(exc).__name__}: {exc}; the worker stops",
-                "crashed",
-                component=component,
-                error=repr(exc)[:500],
-            )
+            self.event("error", f"{component} failed: {type(exc).__name__}: {exc}; the worker "
+                       "stops", "crashed", component=component, error=repr(exc)[:500])  # fmt: skip
         self.stop.set()
         self.room.set()
 
-    def _crash_from_thread(self, exc: BaseException) -> None:
+    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, from the heartbeat thread."""
         with contextlib.suppress(RuntimeError):  # the loop is closing
-            self.loop.call_soon_threadsafe(self.crash, "heartbeat", exc)
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def watch(self, component: str, task: asyncio.Task[Any]) -> None:
         """Crash the run if ``task`` ends with an exception (not by cancellation)."""
@@ -183,8 +247,8 @@ class Runner:
                 self.room.clear()
                 if self.free() <= 0:
                     # in a stuck burst run, look again once the grace period may be over
-                    nap = [asyncio.sleep(0.1)] if self._stuck_since is not None else []
-                    await self.first(self.room.wait(), *nap)
+                    tick = [asyncio.sleep(0.1)] if self._stuck_since is not None else []
+                    await self.first(self.room.wait(), *tick)
                 continue
             self._stuck_since = None
             got = await self._claim(room)
@@ -213,12 +277,8 @@ class Runner:
             if now - self._stuck_since < self.options.grace_ms / 1000:
                 return False
         if abandoned:
-            self.event(
-                "warning",
-                "burst run done; handler threads still run past their decided attempt",
-                "idle",
-                abandoned=abandoned,
-            )
+            self.event("warning", "burst run done; handler threads still run past their "
+                       "decided attempt", "idle", abandoned=abandoned)  # fmt: skip
         else:
             self.event("info", "queue empty: burst run done", "idle")
         return True
@@ -247,23 +307,12 @@ class Runner:
                 self._tune(consumed)
             self._last_reply = landed
             if jobs.missing:
-                self._missing(q, jobs.missing)
+                self.report.missing(q.name, jobs.missing, "pending or schedule")
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
         self._rr += 1
         return total
-
-    def _missing(self, q: AsyncQueue, ids: list[str]) -> None:
-        self.stats.missing += len(ids)
-        for job_id in ids:
-            self.event(
-                "error",
-                "job id without its row (evicted or deleted by hand); dropped",
-                "missing",
-                queue=q.name,
-                job=job_id,
-            )
 
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
         name, beat = q.name, self.hb.beat_now
@@ -288,38 +337,21 @@ class Runner:
             return
         exc = pop.exception()
         if isinstance(exc, SERVER_ERRORS):
-            await self.first(asyncio.sleep(self.outage.failed(exc, "park")))
+            await nap(self.outage.failed(exc, "park"), self.stop)
         elif exc is not None:
             raise exc
         else:
             self.outage.ok("park")
 
     async def first(self, *aws: Awaitable[Any]) -> None:
-        """Wait for the first of ``aws`` or the stop event. Tasks made here from coroutines
-        are cancelled after; futures passed in are left to the caller."""
-        tasks = [asyncio.ensure_future(a) for a in aws]
-        made = [t for t, a in zip(tasks, aws, strict=True) if t is not a]
-        stop = asyncio.ensure_future(self.stop.wait())
-        try:
-            await asyncio.wait([*tasks, stop], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in made:
-                t.cancel()
-            stop.cancel()
+        """Wait for the first of ``aws`` or the stop event (:func:`.connect.first`)."""
+        await first(self.stop, *aws)
 
     async def retry(self, where: str, send: Callable[[], Awaitable[T]]) -> T | None:
         """Send until it succeeds, backing off through every server error (unreachable,
         out of memory, any refusal); None once the worker stops."""
-        while True:
-            try:
-                result = await send()
-            except SERVER_ERRORS as exc:
-                await self.first(asyncio.sleep(self.outage.failed(exc, where)))
-                if self.stop.is_set():
-                    return None
-                continue
-            self.outage.ok(where)
-            return result
+        result, _ = await retry(self.outage, where, send, stop=self.stop)
+        return result
 
     # -- running --------------------------------------------------------------------------
 
@@ -353,51 +385,11 @@ class Runner:
         self.room.set()
 
     def _acked(self, ack: Ack, answer: str) -> None:
-        lease = ack.lease
-        if answer == "completed":
-            self.stats.completed += 1
-            if self.log.isEnabledFor(DEBUG):
-                self.event(
-                    "debug",
-                    "job completed",
-                    "completed",
-                    queue=lease.queue,
-                    job=lease.id,
-                    token=lease.token,
-                )
-        elif answer == "lost":
-            self.count_lost(lease, "complete" if ack.outcome.kind == "complete" else "fail")
-        else:
-            self.stats.dead += answer == "dead"
-            self.stats.retried += answer != "dead"
-            error = ack.outcome.error.splitlines()[0] if ack.outcome.error else ""
-            level = "warning" if answer == "dead" else "info"
-            self.event(
-                level,
-                f"job failed ({ack.outcome.why}): {answer}",
-                answer,
-                queue=lease.queue,
-                job=lease.id,
-                token=lease.token,
-                error=error,
-            )
+        o = ack.outcome
+        self.report.acked(ack.lease, o.kind, o.why, o.error, answer)
 
     def count_lost(self, lease: Lease, via: str) -> None:
-        self.stats.lease_lost += 1
-        self.stats.lost_ids = [*self.stats.lost_ids[-999:], lease.id]
-        self.event(
-            "warning",
-            f"lease lost ({via} refused); result discarded",
-            "lease_lost",
-            queue=lease.queue,
-            job=lease.id,
-            token=lease.token,
-            via=via,
-        )
-
-    def _lost_from_thread(self, lease: Lease) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self.loop.call_soon_threadsafe(self._lease_lost, lease)
+        self.report.lost(lease, via)
 
     def _lease_lost(self, lease: Lease) -> None:
         """The heartbeat was refused: cancel the attempt, never send its result."""
@@ -412,8 +404,6 @@ class Runner:
             return
         self.slots.interrupt(lease, "lease_lost")
 
-    def event(self, level: str, msg: str, event: str, **fields: Any) -> None:
-        """One structured log record: ``record.emq`` holds ``event`` and the fields."""
-        lvl = logging.getLevelName(level.upper())
-        if self.log.isEnabledFor(lvl):
-            self.log.log(lvl, msg, extra={"emq": {"event": event, **fields}})
+    def event(self, level: str, msg: str, name: str, /, **fields: Any) -> None:
+        """One structured log record (:func:`.log.event`)."""
+        event(self.log, level, msg, name, **fields)

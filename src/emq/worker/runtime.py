@@ -10,10 +10,8 @@ bound a GIL-holding handler puts on it); the maintenance beat promotes and sweep
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -22,17 +20,15 @@ from ..async_queue import AsyncQueue
 from ..calls import check_job_name
 from ..config import Backoff, QueueOptions, check_url
 from ..durability import check_queues
-from ..errors import EmqError, InvalidOption, WorkerFailed
+from ..errors import EmqError, InvalidOption
 from ..keys import QueueKeys
 from ..queue import Queue
 from .connect import ClientFactory
 from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
 from .runner import Runner
-from .shutdown import drain
 
 F = TypeVar("F", bound=Handler)
 QueueLike = str | Queue | AsyncQueue
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Worker:
@@ -146,8 +142,7 @@ class Worker:
             if runner is None:
                 self._stop_asked = True
                 return
-        with contextlib.suppress(RuntimeError):
-            runner.loop.call_soon_threadsafe(runner.stop.set)
+        runner.request_stop()
 
     def run_sync(self, *, handle_signals: bool = True) -> None:
         """Run in a new event loop until stopped (or, in burst mode, until idle)."""
@@ -174,80 +169,22 @@ class Worker:
                 self._running, self._runner, self._stop_asked = False, None, False
 
     async def _run(self, handle_signals: bool) -> None:
-        await check_queues(self._factory().asyncio(), self._queue_options())  # UnsafeServer
-        run = Runner(
-            self._factory(),
-            self._queue_options(),
-            self.handlers,
-            self.options,
-            self.stats,
-            self.log,
-        )
+        factory, queues = self._factory(), self._queue_options()
+        run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
         with self._lock:
             self._runner = run
             if self._stop_asked:
                 run.stop.set()
-        main = asyncio.current_task()
-        signals = handle_signals and threading.current_thread() is threading.main_thread()
-        if signals and main is not None:
-            for sig in SIGNALS:
-                run.loop.add_signal_handler(sig, self._on_signal, sig, main)
-        run.hb.start()
-        beat = asyncio.create_task(run.beat.run(run.stop), name="emq-beat")
-        flusher = asyncio.create_task(run.acks.run(), name="emq-acks")
-        run.watch("maintenance", beat)
-        run.watch("acks", flusher)
-        o = self.options
-        run.event(
-            "info",
-            "worker started",
-            "started",
-            queues=self.queue_names,
-            concurrency=o.concurrency,
-            lease_ms=o.lease_ms,
-            handlers=sorted(self.handlers),
-        )
         try:
-            try:
-                await run.claim_loop()
-            except Exception as exc:  # a bug in the claim loop: stop, hand back, then raise
-                run.crash("claim", exc)
-            try:
-                await drain(run, flusher)
-            except Exception as exc:
-                run.crash("drain", exc)
-        except asyncio.CancelledError:
-            if not self.forced:
-                raise
-        finally:
-            run.stop.set()
-            run.hb.stop()
-            for task in (beat, flusher, *(j.task for j in run.live if j.task)):
-                task.cancel()
-            await asyncio.gather(beat, flusher, return_exceptions=True)
+            await check_queues(run.client, queues)  # UnsafeServer before anything is claimed
+        except BaseException:
             await run.close()
-            if signals:
-                for sig in SIGNALS:
-                    run.loop.remove_signal_handler(sig)
-            run.event(
-                "info", "worker stopped", "stopped", forced=self.forced, **self.stats.as_dict()
-            )
-        if run.crashed is not None:
-            component, cause = run.crashed
-            message = f"the worker's {component} failed: {type(cause).__name__}: {cause}"
-            raise WorkerFailed(message) from cause
-
-    def _on_signal(self, sig: signal.Signals, main: asyncio.Task[Any]) -> None:
-        run = self._runner
-        if run is None:
-            return
-        if run.stop.is_set():
-            self.forced = True
-            run.event("warning", "second signal: stopping now", "forced", signal=sig.name)
-            main.cancel()
-        else:
-            run.event("info", "stopping gracefully", "stopping", signal=sig.name)
-            run.stop.set()
+            raise
+        main_thread = threading.current_thread() is threading.main_thread()
+        try:
+            await run.run(self.queue_names, handle_signals and main_thread)
+        finally:
+            self.forced = run.forced
 
     def _factory(self) -> ClientFactory:
         first = self._targets[0]

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from typing import TYPE_CHECKING
 
 from ..records import Answer
-from .connect import SERVER_ERRORS
+from .connect import retry
 from .execute import Held
-from .runner import Runner
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 
 async def drain(run: Runner, flusher: asyncio.Task[None]) -> None:
@@ -58,13 +62,8 @@ async def give_back(run: Runner, deadline: float) -> None:
         items = [(j.id, j.token, 0) for j in jobs]
         for j in jobs:
             j.finishing = True
-        answers: list[Answer] | None = None
-        while answers is None and time.monotonic() < deadline:
-            try:
-                answers = await q.delay_many(items)
-            except SERVER_ERRORS as exc:
-                await asyncio.sleep(run.outage.failed(exc, "give_back"))
-        run.outage.ok("give_back")
+        send = functools.partial(q.delay_many, items)
+        answers, _ = await retry(run.outage, "give_back", send, deadline=deadline)
         refused = (Answer.LOST, Answer.GONE)
         got = answers or [Answer.LOST] * len(jobs)
         for job, answer in zip(jobs, got, strict=True):

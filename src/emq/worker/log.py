@@ -1,0 +1,85 @@
+"""How a worker speaks: one structured record per event, and the counters that go with it.
+
+Every record a worker writes goes through :func:`event`: the message for people, and
+``record.emq`` holding ``event`` and its fields for machines (``emq worker`` prints them as
+JSON lines). :class:`Report` turns what the server answered into those records and the
+run's :class:`~.options.WorkerStats`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from ..records import Answer
+from .options import WorkerStats
+
+DEBUG = logging.DEBUG
+
+
+def event(log: logging.Logger, level: str, msg: str, name: str, /, **fields: Any) -> None:
+    """One structured log record: ``record.emq`` holds ``event`` (``name``) and the fields."""
+    lvl = logging.getLevelName(level.upper())
+    if log.isEnabledFor(lvl):
+        log.log(lvl, msg, extra={"emq": {"event": name, **fields}})
+
+
+class LeaseLike(Protocol):
+    queue: str
+    id: str
+    token: int
+
+
+class Report:
+    """Counts and logs the answers a run gets for its jobs."""
+
+    def __init__(self, log: logging.Logger, stats: WorkerStats) -> None:
+        self.log = log
+        self.stats = stats
+
+    def acked(self, lease: LeaseLike, kind: str, why: str, error: str, answer: str) -> None:
+        """The server's answer to a ``complete`` or ``fail`` (``kind``) of ``lease``."""
+        s = self.stats
+        if answer == Answer.COMPLETED:
+            s.completed += 1
+            if self.log.isEnabledFor(DEBUG):
+                event(self.log, "debug", "job completed", "completed",
+                      queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
+        elif answer in (Answer.LOST, Answer.GONE):
+            self.lost(lease, kind)
+        else:
+            s.dead += answer == Answer.DEAD
+            s.retried += answer != Answer.DEAD
+            first = error.splitlines()[0] if error else ""
+            level = "warning" if answer == Answer.DEAD else "info"
+            event(self.log, level, f"job failed ({why}): {answer}", str(answer),
+                  queue=lease.queue, job=lease.id, token=lease.token, error=first)  # fmt: skip
+
+    def lost(self, lease: LeaseLike, via: str) -> None:
+        """A call for ``lease`` was refused: the result is discarded (G4)."""
+        self.stats.lease_lost += 1
+        self.stats.lost_ids = [*self.stats.lost_ids[-999:], lease.id]
+        event(self.log, "warning", f"lease lost ({via} refused); result discarded", "lease_lost",
+              queue=lease.queue, job=lease.id, token=lease.token, via=via)  # fmt: skip
+
+    def missing(self, queue: str, ids: list[str], where: str) -> None:
+        """Ids the server found without their row (evicted, deleted by hand): dropped there,
+        counted in the queue's ``missing`` metric; logged and counted here."""
+        self.stats.missing += len(ids)
+        for job_id in ids:
+            event(self.log, "error",
+                  f"job id in {where} without its row (evicted or deleted by hand); dropped",
+                  "missing", queue=queue, job=job_id, where=where)  # fmt: skip
+
+    def swept(self, queue: str, recovered: list[str], dead: list[str]) -> None:
+        """What a sweep this worker ran recovered and dead-lettered."""
+        s = self.stats
+        s.sweeps += 1
+        s.recovered += len(recovered)
+        s.swept_dead += len(dead)
+        for job_id in recovered:
+            event(self.log, "warning", "stalled job recovered to pending", "recovered",
+                  queue=queue, job=job_id)  # fmt: skip
+        for job_id in dead:
+            event(self.log, "warning", "stalled job dead-lettered (max_stalled reached)",
+                  "stalled_dead", queue=queue, job=job_id)  # fmt: skip
