@@ -148,3 +148,17 @@ async def test_worker_given_an_opted_out_queue_runs(
     assert sorted(ran) == list(range(20))
     assert q.counts()["completed"] == 20
     q.close()
+
+
+async def test_worker_given_queue_names_takes_queue_options(
+    own: EmbeddedServer, admin: redis.Redis
+) -> None:
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    with pytest.raises(UnsafeServer):
+        await Worker("q", url=own.url(), options=WorkerOptions(burst=True)).run()
+    ran: list[int] = []
+    w = Worker("q", {"x": ran.append}, url=own.url(), options=WorkerOptions(burst=True),
+               queue_options=QueueOptions(allow_eviction=True))  # fmt: skip
+    Queue.from_url(own.url(), "q", options=QueueOptions(allow_eviction=True)).enqueue("x", 7)
+    await w.run()
+    assert ran == [7]

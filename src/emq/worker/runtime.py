@@ -39,6 +39,8 @@ class Worker:
     server). ``handlers``: job name -> ``handler(payload, ctx)`` or ``handler(payload)``,
     sync or ``async def``; more can be added with :meth:`handler` or :meth:`register`.
     ``concurrency`` and ``lease_ms`` override the same fields of ``options``.
+    ``queue_options`` apply to the queues given by name (durability, ``allow_eviction``, event
+    cap); a :class:`~emq.Queue` given instead brings its own.
 
     Guarantees: a job runs at least once, and only the attempt that holds its lease can
     acknowledge it; a job whose worker dies or outlives its lease is recovered by the sweep
@@ -56,6 +58,7 @@ class Worker:
         concurrency: int | None = None,
         lease_ms: int | None = None,
         logger: logging.Logger | None = None,
+        queue_options: QueueOptions | None = None,
     ) -> None:
         items = [queues] if isinstance(queues, str | Queue | AsyncQueue) else list(queues)
         if not items:
@@ -68,6 +71,7 @@ class Worker:
         self._targets: list[QueueLike] = items
         self.url = check_url(url) if url is not None else None
         self.options = options or WorkerOptions()
+        self.queue_options = queue_options or QueueOptions()
         self.configure(concurrency=concurrency, lease_ms=lease_ms)
         self.handlers: dict[str, HandlerSpec] = {}
         for name, fn in (handlers or {}).items():
@@ -198,7 +202,7 @@ class Worker:
         out: dict[str, QueueOptions] = {}
         for t in self._targets:
             if isinstance(t, str):
-                out[t] = QueueOptions()
+                out[t] = self.queue_options
             else:
                 out[t.name] = t.core.options
         return out
