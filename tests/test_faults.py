@@ -301,3 +301,23 @@ async def test_completed_jobs_raise_no_lease_lost_events(queue: Queue, client: r
         assert later, f"false alarm: {e} names a run that nobody replaced"
     assert queue.counts()["completed"] == 120
     assert_consistent(client, queue.name)
+
+
+def test_a_worker_refuses_bad_names_and_urls_at_construction() -> None:
+    from emq import InvalidName, InvalidOption, InvalidUrl
+
+    with pytest.raises(InvalidName, match="queue name 'a b' is invalid"):
+        Worker("a b", url="redis://127.0.0.1:6379/0")
+    with pytest.raises(InvalidUrl, match="scheme 'http'"):
+        Worker("q", url="http://user:s3cret@x")
+    with pytest.raises(InvalidUrl) as err:
+        Worker("q", url="http://user:s3cret@x")
+    assert "s3cret" not in str(err.value)
+    w = Worker("q", url="redis://127.0.0.1:6379/0")
+    with pytest.raises(InvalidName, match="job name 'bad name' is invalid"):
+        w.register("bad name", lambda p: None)
+    with pytest.raises(InvalidOption):
+        Worker([])
+    with pytest.raises(InvalidName) as long_err:
+        Worker("x" * 100_000, url="redis://127.0.0.1:6379/0")
+    assert len(str(long_err.value)) < 300  # a 100 KB name is cut, not repeated
