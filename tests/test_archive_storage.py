@@ -167,6 +167,7 @@ def test_a_crash_between_body_and_manifest_is_repaired_by_the_next_ship(
     a.close()
 
 
+@pytest.mark.slow
 def test_s3_put_is_conditional_even_without_the_head_check(s3_client: Any, tmp_path: Path) -> None:
     """``If-None-Match: *`` alone refuses an existing key on the server."""
     s3_client.create_bucket(Bucket="emq-conditional")

@@ -38,6 +38,7 @@ def test_atomic_tables_are_all_zeros(client: redis.Redis) -> None:
         assert row.clean and row.examples == {}
 
 
+@pytest.mark.slow
 def test_naive_two_sweeps_match_the_model(client: redis.Redis) -> None:
     expected = [_model(s) for s in schedules("naive", with_worker=False)]
     row = explore_one(client, "naive", with_worker=False)

@@ -123,6 +123,7 @@ def test_sweep_skips_ids_whose_row_is_gone(queue: Queue, client: redis.Redis) ->
     assert where(client, queue.name, job_id) == []
 
 
+@pytest.mark.slow
 def test_sweep_all_drains_a_backlog_in_bounded_calls(queue: Queue, client: redis.Redis) -> None:
     for _ in range(5):
         queue.enqueue_many([("x", i) for i in range(1000)])

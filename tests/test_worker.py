@@ -167,6 +167,7 @@ async def test_handler_max_attempts_caps_the_jobs_own(queue: Queue) -> None:
     assert row.last_error is not None and row.last_error.startswith("ZeroDivisionError")
 
 
+@pytest.mark.slow
 async def test_hard_timeout_fails_the_attempt_async_and_sync(queue: Queue) -> None:
     """The handlers would run for 2 * HANG: the run ends within HANG only if the 200 ms limit
     stopped them."""
@@ -519,6 +520,7 @@ async def test_gil_hold_beyond_the_bound_lapses_leases_and_a_process_pool_avoids
     assert_consistent(client, qname)
 
 
+@pytest.mark.slow
 async def test_sync_handler_past_its_timeout_keeps_its_thread_slot_until_it_returns(
     queue: Queue,
 ) -> None:

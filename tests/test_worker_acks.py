@@ -151,6 +151,7 @@ async def test_acks_of_handlers_that_finish_together_share_a_call(
     assert_consistent(client, qname)
 
 
+@pytest.mark.slow
 async def test_timeouts_on_one_watchdog_fail_at_the_limit_even_if_cancel_is_ignored(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:

@@ -182,6 +182,7 @@ def test_poison_job_is_dead_after_exactly_max_stalled_stalls(
     assert_consistent(client, qname)
 
 
+@pytest.mark.slow
 def test_sigterm_mid_batch_loses_nothing_and_spends_no_attempt(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
@@ -204,6 +205,7 @@ def test_sigterm_mid_batch_loses_nothing_and_spends_no_attempt(
     assert_consistent(client, qname)
 
 
+@pytest.mark.slow
 def test_second_signal_exits_at_once_and_the_sweep_recovers(
     procs: Procs, queue: Queue, client: redis.Redis, qname: str
 ) -> None:
