@@ -276,6 +276,7 @@ def test_worker_acks_through_waitaof(own: EmbeddedServer, admin: redis.Redis) ->
     q.close()
 
 
+@pytest.mark.slow
 def test_worker_rides_out_acks_whose_fsync_is_late(own: EmbeddedServer, admin: redis.Redis) -> None:
     """An ack applied but not confirmed in time (NotDurable) is re-sent like any server error;
     the re-send waits for the fsync again, and the worker neither dies nor drops the ack."""

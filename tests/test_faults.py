@@ -281,6 +281,7 @@ async def test_a_bug_in_a_component_stops_the_worker_and_raises(
 # -- no false alarms --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_completed_jobs_raise_no_lease_lost_events(queue: Queue, client: redis.Redis) -> None:
     """A heartbeat that crosses an ack finds the row gone: that is no lost lease. A lease_lost

@@ -86,6 +86,7 @@ SKEWS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_producers_with_wrong_clocks_pop_in_enqueue_order(
     url: str, qname: str, client: redis.Redis

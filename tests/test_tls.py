@@ -110,6 +110,7 @@ def test_check_url_keeps_tls_options() -> None:
     assert check_url(url.replace("rediss", "valkeys", 1)) == url
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_enqueue_and_a_burst_worker_over_tls(tls: TlsServer, qname: str) -> None:
     with Queue.from_url(tls.url, qname) as q:

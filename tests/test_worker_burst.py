@@ -37,6 +37,7 @@ def ok(payload):
 '''
 
 
+@pytest.mark.slow
 async def test_burst_returns_although_a_sync_handler_hangs_past_its_timeout(
     queue: Queue,
 ) -> None:
@@ -74,6 +75,7 @@ def _emq(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hung", [False, True])
 def test_cli_burst_exits_runs_atexit_and_logs_only_json(

@@ -64,6 +64,7 @@ def test_worker_bad_target_exits_2_with_a_clear_error(url: str, target: str, mes
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_example_worker_via_cli_and_as_a_script(url: str) -> None:
     with Queue.from_url(url, "example") as q:
@@ -114,6 +115,7 @@ def _worker_in(
 NOWHERE = "redis://127.0.0.1:1/0"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_the_command_line_url_wins_over_the_workers_own(
     url: str, qname: str, queue: Queue, tmp_path: Path
@@ -169,6 +171,7 @@ def test_out_of_range_options_are_refused_before_the_worker_starts(
     assert '"started"' not in done.stderr and "worker started" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_worker_json_flag_gives_json_lines(url: str, qname: str, queue: Queue) -> None:
     queue.enqueue("fast", {})
