@@ -23,6 +23,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from ..checks import MAX_SHOWN
 from ..config import check_url, redact_url
 from ..errors import EmqError, ServerUnreachable
 from ..queue import Queue
@@ -35,7 +36,6 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 URL_KEY = "emq.url"  # click's ctx.meta key: the server URL the command resolved
-MAX_VALUE_CHARS = 80
 TRACEBACK = "Traceback (most recent call last)"
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 30.0  # above the 5 s XREAD BLOCK of `events tail -f`
@@ -161,16 +161,17 @@ def show(renderable: RenderableType, *, fit: bool = False) -> None:
         console.width = width
 
 
-_LONG = re.compile(rf"\S{{{MAX_VALUE_CHARS + 1},}}")
+_LONG = re.compile(rf"\S{{{MAX_SHOWN + 1},}}")
 
 
-def clip(message: str, limit: int = MAX_VALUE_CHARS) -> str:
-    """``message`` with every run of more than ``limit`` non-space characters (a long name,
-    key, id or payload) cut to ``limit`` with an ellipsis and its full length, and at most
-    ten such runs' worth of text overall."""
-    cut = _LONG.sub(lambda m: f"{m[0][: limit - 1]}…({len(m[0])} chars)", message)
+def clip(message: str, limit: int = MAX_SHOWN) -> str:
+    """``message`` with every run of more than ``limit`` non-space characters cut as
+    :func:`emq.checks.shown` cuts a refused value (``...`` and the full length), and at most
+    ten such runs' worth of text overall. The core already cuts the values it repeats; this
+    also covers click's usage errors and messages from redis-py or the OS."""
+    cut = _LONG.sub(lambda m: f"{m[0][: limit - 3]}... ({len(m[0])} characters)", message)
     overall = 10 * limit
-    return cut if len(cut) <= overall else f"{cut[: overall - 1]}…"
+    return cut if len(cut) <= overall else f"{cut[: overall - 3]}..."
 
 
 def one_line(value: str) -> str:

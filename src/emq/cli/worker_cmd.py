@@ -4,11 +4,11 @@
 queues, default ``default``). Logs are structured: one JSON object per line on stderr (or
 ``--log-format text``). The server is ``--url``, else ``EMQ_URL``, else the worker's own
 ``url=``, else the embedded server: the command line wins over code. Everything is checked
-before the worker starts: the import, the options (against the same bounds the scripts'
-calls enforce) and one PING of the server. Exit codes: 0 after a graceful stop or a finished
-``--burst`` run, 2 for bad usage (import string, a module that fails to import, options, a
-server that cannot be reached or is not Valkey/Redis), 130 after a second signal forced the
-exit.
+before the worker starts: the import, the options (built into a validated
+:class:`~emq.worker.WorkerOptions`) and one PING of the server. Exit codes: 0 after a
+graceful stop or a finished ``--burst`` run, 2 for bad usage (import string, a module that
+fails to import, options, a server that cannot be reached or is not Valkey/Redis), 130 after
+a second signal forced the exit.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 
 import click
 
-from ..calls import QueueCore
 from ..errors import InvalidOption
 from ..worker import Worker
 from .common import connect, resolve_url, url_option
@@ -104,20 +103,18 @@ def choose_url(w: Worker, url: str | None) -> None:
     w.url = resolve_url(url, code_default=w.url)
 
 
-def check_before_start(w: Worker) -> None:
-    """Refuse what the worker would only fail on after it started: options beyond the
-    bounds its script calls enforce (built here, I/O-free, by the same builders), and a
-    server that cannot be reached or does not speak the protocol (one PING)."""
-    o = w.options
-    core = QueueCore(w.queue_names[0])
-    core.claim(1, o.lease_ms)
-    core.sweep_stalled(o.max_stalled, o.sweep_limit)
-    if w.url is not None:
-        client = connect(w.url)
-        try:
-            client.ping()
-        finally:
-            client.close()
+def check_server(w: Worker) -> None:
+    """One PING before the worker starts: a server that cannot be reached or does not speak
+    the protocol is one line and exit 2, not a worker retrying it forever. (The options were
+    checked when they were built: :class:`~emq.worker.WorkerOptions` holds the same bounds the
+    scripts' calls enforce.)"""
+    if w.url is None:
+        return
+    client = connect(w.url)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def setup_logging(fmt: str, level: str) -> None:
@@ -199,7 +196,7 @@ def worker(
         timeout_ms=timeout_ms,
     )
     choose_url(w, url)
-    check_before_start(w)
+    check_server(w)
     w.run_sync(handle_signals=True)
     code = 130 if w.forced else 0
     if w.forced or w.stats.abandoned:
