@@ -308,7 +308,7 @@ def test_history_read_while_the_archiver_runs_is_always_a_prefix(
             snapshots.append([e.id for e in queue.history(job, floor=floor_path)])
     finally:
         stop.set()
-        thread.join(10)
+        thread.join(60)
     full = [e.id for e in queue.history(job, floor=floor_path)]
     assert len(full) == 121 and len(set(full)) == 121
     for snap in snapshots:

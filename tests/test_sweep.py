@@ -40,7 +40,7 @@ def _overlapping_sweeps(url: str, name: str) -> tuple[list[str], list[str]]:
         p.start()
     results = [out.get(timeout=60) for _ in procs]
     for p in procs:
-        p.join(timeout=30)
+        p.join(timeout=60)
         assert p.exitcode == 0
     return [i for r in results for i in r[0]], [i for r in results for i in r[1]]
 

@@ -270,7 +270,7 @@ async def test_heartbeat_refused_cancels_the_handler_and_discards_its_result(
             outcomes.append("second attempt ran")
             return
         started.set()
-        cancelled = ctx.cancelled.wait(10)
+        cancelled = ctx.cancelled.wait(HANG)
         outcomes.append(f"first: cancelled={cancelled} why={ctx.cancel_reason}")
         with pytest.raises(LeaseLost):
             ctx.heartbeat()
@@ -280,6 +280,8 @@ async def test_heartbeat_refused_cancels_the_handler_and_discards_its_result(
     await until(started.is_set, HANG, "the handler to start")
     expire_leases(client, qname, job)  # the next beat (<= 300 ms) is refused
     await until(lambda: w.stats.completed == 1, HANG, "the retry to complete")
+    # the first attempt's thread may still be unwinding when the retry completes
+    await until(lambda: len(outcomes) == 2, HANG, "the first attempt to see its cancellation")
     await stop(w, task)
     assert sorted(outcomes) == ["first: cancelled=True why=lease_lost", "second attempt ran"]
     assert w.stats.lease_lost == 1 and w.stats.lost_ids == [job]
