@@ -118,7 +118,7 @@ async def test_worker_rides_out_an_out_of_memory_episode_without_losing_a_compon
         ran[ctx.id] = ran.get(ctx.id, 0) + 1
         long_started.set()
         end = time.monotonic() + 9.0
-        while time.monotonic() < end and not ctx.cancelled:
+        while time.monotonic() < end and not ctx.cancelled.is_set():
             time.sleep(0.02)
 
     long_id = q.enqueue("long")

@@ -26,6 +26,7 @@ from redis.retry import Retry
 from ..config import check_url, redact_url
 from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
+from ..scripts import refusal
 from ..shell import UNREACHABLE
 from .log import event
 
@@ -128,6 +129,8 @@ QUIET = 3
 def describe_error(exc: BaseException) -> tuple[str, str]:
     """``(kind, text)`` of a server error for a log line: kind is ``unreachable`` (the server
     is away), ``refused`` (it answered no: OOM, BUSY, READONLY, NOPERM, ...) or ``error``."""
+    if isinstance(exc, redis.ResponseError):
+        exc = refusal(exc)  # a raw reply from a plain command: said as emq says it
     if isinstance(exc, OUTAGE_ERRORS):
         kind = "unreachable"
     elif isinstance(exc, ServerRefused | redis.ResponseError):

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 
 from ..async_queue import AsyncQueue
+from ..scripts import translated
 from .connect import SERVER_ERRORS, Outage
 from .log import Report
 from .options import WorkerOptions
@@ -69,9 +70,10 @@ class Maintenance:
 
     async def sweep(self, q: AsyncQueue) -> bool:
         """Sweep ``q`` if this worker takes the ``stalled-check`` guard; True if it swept."""
-        taken = await q.client.set(
-            q.core.keys.stalled_check, self._owner, nx=True, px=self._opts.stalled_interval_ms
-        )
+        with translated():  # an OOM refusal of the guard is ServerOutOfMemory, like a script's
+            taken = await q.client.set(
+                q.core.keys.stalled_check, self._owner, nx=True, px=self._opts.stalled_interval_ms
+            )
         if not taken:
             return False
         result = await q.sweep_all(self._opts.max_stalled, self._opts.sweep_limit)
