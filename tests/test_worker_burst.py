@@ -94,3 +94,36 @@ def test_cli_burst_exits_runs_atexit_and_logs_only_json(
     stopped = [r for r in logs if r["event"] == "stopped"][-1]
     assert stopped["abandoned"] == (1 if hung else 0)
     assert queue.counts()["completed"] == 4
+
+
+BROKEN = '''
+from emq import Worker
+from emq.worker.maintenance import Maintenance
+
+async def broken(self):
+    raise KeyError("a bug in the maintenance beat")
+
+Maintenance.beat = broken  # a component that cannot go on
+worker = Worker("{queue}", url="{url}")
+
+@worker.handler("ok")
+def ok(payload):
+    return None
+'''
+
+
+@pytest.mark.timeout(120)
+def test_cli_worker_whose_component_fails_exits_non_zero(
+    url: str, qname: str, tmp_path: Path
+) -> None:
+    """Never half-alive: the worker stops and the process exits non-zero, so a supervisor
+    restarts it."""
+    (tmp_path / "broken_tasks.py").write_text(BROKEN.format(queue=qname, url=url))
+    done = _emq(tmp_path, "worker", "broken_tasks:worker")
+    assert done.returncode != 0
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    logs = [json.loads(ln) for ln in lines if ln.startswith("{")]
+    crashed = [r for r in logs if r["event"] == "crashed"]
+    assert crashed and crashed[0]["component"] == "maintenance"
+    assert [r["event"] for r in logs][-1] == "stopped"
+    assert any("maintenance failed: KeyError" in ln for ln in lines if not ln.startswith("{"))
