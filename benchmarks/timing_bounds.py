@@ -190,6 +190,7 @@ def _record(payload: Any, ctx: JobContext) -> None:
 
 def _worker_proc(url: str, queue: str, lease: int, interval: int) -> None:
     os.environ["EMQ_BENCH_URL"] = url
+    logging.getLogger("emq").setLevel(logging.CRITICAL)
     opts = WorkerOptions(lease_ms=lease, stalled_interval_ms=interval)
     Worker(queue, {"work": _record}, url=url, options=opts).run_sync()
 
