@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 
 import pytest
@@ -119,3 +120,29 @@ def test_producers_with_wrong_clocks_pop_in_enqueue_order(
     finally:
         for q in producers.values():
             q.close()
+
+
+def test_a_slow_first_round_trip_does_not_push_a_producer_ahead(
+    url: str, qname: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer whose first call is slow (connecting, checking the server, a busy machine)
+    must not mint ids that sort after those of a producer that enqueues after it: the clock
+    offset comes from the quickest of a few TIME readings, not from that first call."""
+    from emq.calls import Call
+
+    original = Queue._run
+
+    def slow_lease(self: Queue, call: Call[Any]) -> Any:
+        if call.script == "node_lease":
+            time.sleep(0.6)  # the round trip is slow before the server reads its clock
+        return original(self, call)
+
+    slow = Queue.from_url(url, qname)
+    with monkeypatch.context() as m:
+        m.setattr(Queue, "_run", slow_lease)
+        first = slow.enqueue("x", 1)
+    with Queue.from_url(url, qname) as later:
+        second = later.enqueue("x", 2)
+    assert first < second, "the earlier enqueue must pop first"
+    assert [j.payload for j in slow.claim(count=2)] == [1, 2]
+    slow.close()

@@ -120,6 +120,12 @@ class Minter:
         if server_ms is not None:
             self._offset_ms = server_ms - (read_at if read_at is not None else sent_at) * 1000.0
 
+    def synced(self, server_ms: int, read_at: float) -> None:
+        """Take the offset from a reading of the server clock (``TIME``) that stands for
+        monotonic time ``read_at`` (the midpoint of its round trip): a better estimate than
+        the lease call's, whose round trip also carries connecting and checking the server."""
+        self._offset_ms = server_ms - read_at * 1000.0
+
     def now_ms(self) -> int:
         """The server clock as this minter estimates it: local monotonic ms + offset."""
         if self._offset_ms is None:
