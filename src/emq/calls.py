@@ -301,12 +301,15 @@ def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:
     return [EnqueuedId(reply[i], reply[i + 1] == 1) for i in range(0, len(reply), 2)]
 
 
+_ANSWERS: dict[str, Answer] = {a.value: a for a in Answer}  # a dict lookup: no Enum call
+
+
 def decode_answers(reply: list[Any]) -> list[Answer]:
-    return [Answer(x) for x in reply]
+    return [_ANSWERS[x] for x in reply]
 
 
 def _decode_deadlines(reply: list[Any]) -> list[int | Answer]:
-    return [x if isinstance(x, int) else Answer(x) for x in reply]
+    return [x if x.__class__ is int else _ANSWERS[x] for x in reply]
 
 
 def _decode_claimed(reply: list[Any]) -> Claims:

@@ -24,6 +24,8 @@ def shown(value: object, limit: int = MAX_SHOWN) -> str:
 def check_int(name: str, value: object, low: int, high: int | None = None, unit: str = "") -> int:
     """Return ``value`` if it is an int (not a bool) within ``low..high``; else raise
     :class:`~emq.errors.InvalidOption` naming the option, the range and its ``unit``."""
+    if value.__class__ is int and low <= value and (high is None or value <= high):
+        return value
     if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
         kind = f"an integer number of {unit}" if unit else "an integer"
         raise InvalidOption(f"{name} must be {kind}, got {shown(value)}")

@@ -30,7 +30,7 @@ from ..async_queue import AsyncQueue
 from ..config import QueueOptions
 from ..errors import WorkerFailed
 from ..queue import Queue
-from ..records import Claimed
+from ..records import Answer, Claimed
 from .acks import Ack, AckBuffer
 from .connect import SERVER_ERRORS, ClientFactory, Outage, first, nap, retry
 from .execute import Held, Outcome, Slots
@@ -106,6 +106,7 @@ class Runner:
         self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
         self.forced = False  # a second signal stopped the run at once
+        self.debug = log.isEnabledFor(DEBUG)  # per-job records are written only at debug
 
     async def run(self, names: list[str], handle_signals: bool) -> None:
         """The whole run: start -> claim loop -> drain -> teardown, then raise
@@ -385,6 +386,9 @@ class Runner:
         self.room.set()
 
     def _acked(self, ack: Ack, answer: str) -> None:
+        if answer is Answer.COMPLETED and not self.debug:  # the hot path: count only
+            self.stats.completed += 1
+            return
         o = ack.outcome
         self.report.acked(ack.lease, o.kind, o.why, o.error, answer)
 
