@@ -141,6 +141,9 @@ async def test_worker_rides_out_an_out_of_memory_episode_without_losing_a_compon
     outages = events(caplog.records, "outage")
     assert len(outages) == w.stats.outages  # once per episode, not once per failed call
     assert any("out of memory" in o["error"] for o in outages)
+    password = own.url().split("@")[0].rsplit(":", 1)[1]
+    assert all(o["url"].startswith("redis://:***@127.0.0.1:") for o in outages)  # redacted
+    assert all(password not in str(o) for o in outages)
     assert events(caplog.records, "reconnected")
     c = q.counts()
     assert (c["pending"], c["active"], c["dead"], c["recovered"]) == (0, 0, 0, 0)

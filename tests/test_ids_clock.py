@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis

@@ -88,7 +88,9 @@ class ClientFactory:
         if self.scheme == "unix":
             return f"unix://{self.kwargs.get('path', '')}"
         where = f"{self.kwargs.get('host', '')}:{self.kwargs.get('port', '')}"
-        return f"{self.scheme}://{where}/{self.kwargs.get('db', 0)}"
+        user = self.kwargs.get("username") or ""
+        auth = f"{user}:***@" if self.kwargs.get("password") else (f"{user}@" if user else "")
+        return f"{self.scheme}://{auth}{where}/{self.kwargs.get('db', 0)}"
 
     def _common(self, socket_timeout: float | None) -> dict[str, Any]:
         return {
