@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from emq import Answer, AsyncQueue, JobNotFound, JobSpec, LeaseLost, Queue
+from emq import Answer, AsyncQueue, InvalidOption, JobNotFound, JobSpec, LeaseLost, Queue
 
 from .helpers import assert_consistent, expire_leases, where
 
@@ -108,3 +108,11 @@ async def test_a_server_that_went_away_is_an_emq_error_with_its_cause(url: str) 
                 await shell(method, *args)
             assert isinstance(err.value.__cause__, redis.ConnectionError)
             assert isinstance(err.value, ConnectionError)  # also the builtin: except works
+
+
+async def test_a_location_is_named_by_its_set_or_its_state(shell: Shell) -> None:
+    later = await shell("enqueue", "x", 1, delay_ms=60_000)
+    assert [j.id for j in await shell("jobs", "schedule")] == [later]
+    assert [j.id for j in await shell("jobs", "scheduled")] == [later]
+    with pytest.raises(InvalidOption, match="unknown location 'completed'"):
+        await shell("jobs", "completed")

@@ -22,7 +22,7 @@ from .ids import check_id
 from .keys import QueueKeys, node_key
 from .payloads import encode_payload
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
-from .states import Location
+from .states import STATE_OF_LOCATION, Location
 
 T = TypeVar("T")
 Arg = str | int | float
@@ -282,11 +282,13 @@ class QueueCore:
         return Call("obliterate", keys, args, lambda r: (int(r[0]), r[1] == 1))
 
     def location_key(self, location: str) -> str:
-        try:
-            return self.keys.location(Location(location).value)
-        except ValueError:
-            names = ", ".join(loc.value for loc in Location)
-            raise InvalidOption(f"unknown location {shown(location)}; use one of {names}") from None
+        """The set of a location, named by the location (``schedule``) or by the state of
+        the jobs in it (``scheduled``): both name the same set."""
+        for loc, state in STATE_OF_LOCATION.items():
+            if location in (loc.value, state.value):
+                return self.keys.location(loc.value)
+        names = ", ".join(loc.value for loc in Location)
+        raise InvalidOption(f"unknown location {shown(location)}; use one of {names}")
 
 
 def node_lease(node: int, owner: str, ttl_ms: int) -> Call[tuple[bool, int]]:
