@@ -89,7 +89,7 @@ def test_options_are_validated() -> None:
 
 def _facts(waitaof: Any, fsync: str | None, info: dict[str, str]) -> Facts:
     config = {"appendfsync": fsync} if fsync else ResponseError("NOPERM")
-    return read_facts([{"maxmemory-policy": "noeviction"}, {}, config, info, waitaof], aof=True)
+    return read_facts([{"maxmemory-policy": "noeviction"}, {}, config, info, waitaof], "aof")
 
 
 def test_what_durability_aof_needs_of_a_server() -> None:
@@ -115,9 +115,9 @@ def test_what_durability_aof_needs_of_a_server() -> None:
 
 
 def test_policy_falls_back_to_info_memory() -> None:
-    facts = read_facts([ResponseError("NOPERM"), {"maxmemory_policy": "allkeys-lru"}], aof=False)
+    facts = read_facts([ResponseError("NOPERM"), {"maxmemory_policy": "allkeys-lru"}], "none")
     assert facts.policy == "allkeys-lru"
-    assert read_facts([ResponseError("x"), ResponseError("y")], aof=False).policy is None
+    assert read_facts([ResponseError("x"), ResponseError("y")], "none").policy is None
 
 
 def test_confirm_reads_numlocal() -> None:

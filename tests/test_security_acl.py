@@ -98,7 +98,7 @@ def names(commands: list[tuple[str | int, ...]]) -> set[str]:
 def durable_commands() -> set[str]:
     """What a ``durability="aof"`` queue sends besides its scripts: the probe and the tail."""
     guard = Guard(QueueOptions(durability="aof"), "emq:{q}:metrics")
-    return names(probe_commands(True)) | names(guard._tail())
+    return names(probe_commands("aof")) | names(guard._tail())
 
 
 # -- the doc against the code (no server) ---------------------------------------------------
@@ -128,7 +128,7 @@ def test_each_acl_grants_exactly_what_its_role_sends(user: str) -> None:
 
 
 def test_the_eviction_probe_is_info_or_an_expected_denial() -> None:
-    probe = names(probe_commands(False))
+    probe = names(probe_commands("none"))
     assert probe == {"config|get", "info"}, "docs/security.md explains these two"
     for user, rules in doc_acls().items():
         assert "info" in granted(rules) and "config|get" not in granted(rules), user

@@ -40,7 +40,7 @@ def redact_url(url: str) -> str:
     return _PASSWORD_QUERY.sub(r"\1***", url)
 
 
-DURABILITY = ("none", "aof")
+DURABILITY = ("none", "aof", "replica")
 
 
 def check_url(url: str) -> str:
@@ -138,9 +138,12 @@ class QueueOptions:
     crash is up to the server's ``appendfsync``) or ``"aof"`` (enqueue, complete, fail, delay,
     redrive and remove return only once the server has fsynced the write to its AOF:
     ``WAITAOF``; needs Valkey or Redis >= 7.2 with ``appendonly yes``, and, on Valkey and on
-    Redis before 8.0, ``appendfsync always``). See docs/guarantees.md.
-    ``durability_timeout_ms``: how long ``"aof"`` waits for the fsync before raising
-    :class:`emq.durability.NotDurable` (the write was applied but is not confirmed on disk).
+    Redis before 8.0, ``appendfsync always``) or ``"replica"`` (the same calls return only
+    once ``durability_replicas`` replicas have acknowledged the write: ``WAIT``; a failover to
+    such a replica loses none of them). See docs/guarantees.md.
+    ``durability_timeout_ms``: how long ``"aof"`` or ``"replica"`` waits before raising
+    :class:`emq.durability.NotDurable` (the write was applied but is not confirmed).
+    ``durability_replicas``: how many replicas ``"replica"`` waits for (1 by default).
     ``allow_eviction``: run on a server whose ``maxmemory-policy`` may evict keys (it may then
     drop jobs); refused with :class:`~emq.errors.UnsafeServer` unless set.
     """
@@ -149,8 +152,9 @@ class QueueOptions:
     max_payload_bytes: int = 512 * 1024
     max_attempts: int = 3
     backoff: Backoff = Backoff()
-    durability: Literal["none", "aof"] = "none"
+    durability: Literal["none", "aof", "replica"] = "none"
     durability_timeout_ms: int = 5_000
+    durability_replicas: int = 1
     allow_eviction: bool = False
 
     def __post_init__(self) -> None:
@@ -163,6 +167,7 @@ class QueueOptions:
                 f"got {self.durability!r}"
             )
         check_int("durability_timeout_ms", self.durability_timeout_ms, 1, unit="ms")
+        check_int("durability_replicas", self.durability_replicas, 1, 1_000)
         if not isinstance(self.allow_eviction, bool):
             raise InvalidOption(
                 f"allow_eviction must be True or False, got {self.allow_eviction!r}"

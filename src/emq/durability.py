@@ -18,6 +18,10 @@
   cut), so there only ``always`` can be confirmed. Otherwise
   :class:`~emq.errors.UnsafeServer`, nothing written.
 
+* With ``QueueOptions(durability="replica")``: the server must be a primary with at least
+  ``durability_replicas`` replicas connected (``INFO replication``); else
+  :class:`~emq.errors.UnsafeServer`, nothing written.
+
 A refusal is not remembered: the next call checks again, so a server fixed at run time
 (``CONFIG SET maxmemory-policy noeviction``) is accepted without a new client.
 
@@ -27,7 +31,10 @@ is sent as one pipeline on one connection, no MULTI (``WAITAOF`` does not wait i
 also covers what this connection did not write itself: a job another producer admitted that
 this enqueue found as a duplicate, or the first send of a call re-sent after a lost reply), and
 ``WAITAOF 1 0 <durability_timeout_ms>``. The call returns only once the server answers that
-everything up to that point is fsynced to its AOF; else :class:`NotDurable`.
+everything up to that point is fsynced to its AOF; else :class:`NotDurable`. With
+``durability="replica"`` the last command is ``WAIT <durability_replicas> <timeout>``: the call
+returns once that many replicas acknowledged everything up to that point, so a failover to one
+of them keeps it.
 """
 
 from __future__ import annotations
@@ -67,9 +74,10 @@ _LOST = (RedisConnectionError, RedisTimeoutError)
 
 
 class NotDurable(EmqError):
-    """``durability="aof"``: the write WAS applied on the server (an enqueued job exists, a
-    completion is done), but the server did not confirm within ``durability_timeout_ms`` that
-    it reached its AOF on disk, or refused ``WAITAOF`` (AOF turned off meanwhile). It is not
+    """``durability="aof"`` or ``"replica"``: the write WAS applied on the server (an enqueued
+    job exists, a completion is done), but the server did not confirm within
+    ``durability_timeout_ms`` that it reached its AOF on disk (or enough replicas), or refused
+    ``WAITAOF``/``WAIT`` (AOF turned off meanwhile). It is not
     undone; it may be lost if the server's host crashes before its next fsync. An enqueue can
     be re-sent with the same ids (then reported ``created=False``) to wait again."""
 
@@ -77,20 +85,26 @@ class NotDurable(EmqError):
 @dataclass(frozen=True, slots=True)
 class Facts:
     """What one probe learned. ``policy`` None: it could not be read. ``aof`` None: not
-    probed; ``""``: ``WAITAOF`` works; else why ``durability="aof"`` cannot be provided."""
+    probed; ``""``: ``WAITAOF`` works; else why ``durability="aof"`` cannot be provided.
+    ``replicas``: the replicas connected to a primary (-1: the server is itself a replica);
+    None: not probed."""
 
     policy: str | None
     aof: str | None = None
+    replicas: int | None = None
 
 
-def probe_commands(aof: bool) -> list[tuple[str | int, ...]]:
+def probe_commands(mode: str) -> list[tuple[str | int, ...]]:
+    """What to ask the server for a queue of durability ``mode``."""
     cmds: list[tuple[str | int, ...]] = [("CONFIG GET", "maxmemory-policy"), ("INFO", "memory")]
-    if aof:
+    if mode == "aof":
         cmds += [
             ("CONFIG GET", "appendfsync"),
             ("INFO", "server"),
             ("WAITAOF", 1, 0, PROBE_TIMEOUT_MS),
         ]
+    elif mode == "replica":
+        cmds.append(("INFO", "replication"))
     return cmds
 
 
@@ -162,12 +176,23 @@ def early_ack(info: Any) -> bool:
     return not major.isdigit() or int(major) < 8
 
 
-def read_facts(replies: list[Any], aof: bool) -> Facts:
+def _replicas(info: Any) -> int:
+    if _info_value(info, "role") == "slave":
+        return -1
+    count = _info_value(info, "connected_slaves") or "0"
+    return int(count) if count.isdigit() else 0
+
+
+def read_facts(replies: list[Any], mode: str) -> Facts:
     """Decode the replies to :func:`probe_commands` (error replies as exception objects)."""
     policy = _config_value(replies[0], "maxmemory-policy")
     if policy is None:
         policy = _info_value(replies[1], "maxmemory_policy")
-    return Facts(policy, _aof_problem(*replies[2:5]) if aof else None)
+    if mode == "aof":
+        return Facts(policy, aof=_aof_problem(*replies[2:5]))
+    if mode == "replica":
+        return Facts(policy, replicas=_replicas(replies[2]))
+    return Facts(policy)
 
 
 def refusal(facts: Facts, options: QueueOptions) -> UnsafeServer | None:
@@ -184,20 +209,37 @@ def refusal(facts: Facts, options: QueueOptions) -> UnsafeServer | None:
         return UnsafeServer(
             f"durability='aof' cannot be provided: {facts.aof}. Nothing was written."
         )
+    wanted = options.durability_replicas
+    if options.durability == "replica" and facts.replicas is not None and facts.replicas < wanted:
+        why = (
+            "the server is a replica: connect to the primary"
+            if facts.replicas < 0
+            else f"it waits for {wanted} replica(s) and the server has {facts.replicas} connected"
+        )
+        return UnsafeServer(f"durability='replica' cannot be provided: {why}. Nothing was written.")
     return None
 
 
-def confirm(tail: list[Any], timeout_ms: int) -> None:
+def confirm(tail: list[Any], timeout_ms: int, replicas: int = 0) -> None:
     """Raise :class:`NotDurable` unless the no-change write was applied and ``WAITAOF``
-    answered ``numlocal >= 1`` (``tail``: the replies to both)."""
+    answered ``numlocal >= 1``, or (``replicas`` > 0) ``WAIT`` answered at least that many
+    replicas (``tail``: the replies to both)."""
     marker, waited = tail
+    what = "WAIT" if replicas else "WAITAOF"
     for reply in (marker, waited):
         if isinstance(reply, Exception):
             raise NotDurable(
                 f"the write was applied but not confirmed durable: the server refused "
-                f"{'WAITAOF' if reply is waited else 'the HINCRBY that WAITAOF waits for'}: "
+                f"{what if reply is waited else 'the HINCRBY that ' + what + ' waits for'}: "
                 f"{reply}"
             )
+    if replicas:
+        if not isinstance(waited, int) or waited < replicas:
+            raise NotDurable(
+                f"the write was applied but not confirmed durable: {waited} of the {replicas} "
+                f"replica(s) asked for acknowledged it within {timeout_ms} ms"
+            )
+        return
     if not isinstance(waited, list | tuple) or not waited or int(waited[0]) < 1:
         raise NotDurable(
             "the write was applied but not confirmed durable: the server did not fsync it to "
@@ -240,12 +282,15 @@ class Guard:
         self.ok = False  # the server passed the check for these options
 
     def durable(self, script: str) -> bool:
-        return self.options.durability == "aof" and script in DURABLE_SCRIPTS
+        return self.options.durability != "none" and script in DURABLE_SCRIPTS
 
     def _cached(self, pool: object) -> Facts | None:
         with _LOCK:
             facts = _FACTS.get(pool)
-        if facts is None or (self.options.durability == "aof" and facts.aof is None):
+        mode = self.options.durability
+        if facts is None or (mode == "aof" and facts.aof is None):
+            return None
+        if mode == "replica" and facts.replicas is None:
             return None
         return facts
 
@@ -268,8 +313,19 @@ class Guard:
         self.ok = True
 
     def _tail(self) -> list[tuple[str | int, ...]]:
-        timeout = self.options.durability_timeout_ms
-        return [("HINCRBY", self.marker, MARKER_FIELD, 0), ("WAITAOF", 1, 0, timeout)]
+        o = self.options
+        timeout = o.durability_timeout_ms
+        wait: tuple[str | int, ...] = (
+            ("WAIT", o.durability_replicas, timeout)
+            if o.durability == "replica"
+            else ("WAITAOF", 1, 0, timeout)
+        )
+        return [("HINCRBY", self.marker, MARKER_FIELD, 0), wait]
+
+    def _confirm(self, tail: list[Any]) -> None:
+        o = self.options
+        replicas = o.durability_replicas if o.durability == "replica" else 0
+        confirm(tail, o.durability_timeout_ms, replicas)
 
     # -- sync -------------------------------------------------------------------------------
 
@@ -278,8 +334,8 @@ class Guard:
         pool = client.connection_pool
         facts = self._cached(pool)
         if facts is None:
-            aof = self.options.durability == "aof"
-            facts = read_facts(_send(client, probe_commands(aof)), aof)
+            mode = self.options.durability
+            facts = read_facts(_send(client, probe_commands(mode)), mode)
         self._judge(pool, facts)
 
     def run(self, client: redis.Redis, name: str, calls: Calls) -> list[Any]:
@@ -294,7 +350,7 @@ class Guard:
                 out[i] = scripts.run(client, name, *calls[i])
             tail = _send(client, self._tail())
         out = [_script_reply(r) for r in out]
-        confirm(tail, self.options.durability_timeout_ms)
+        self._confirm(tail)
         return out
 
     # -- async ------------------------------------------------------------------------------
@@ -304,8 +360,8 @@ class Guard:
         pool = client.connection_pool
         facts = self._cached(pool)
         if facts is None:
-            aof = self.options.durability == "aof"
-            facts = read_facts(await _asend(client, probe_commands(aof)), aof)
+            mode = self.options.durability
+            facts = read_facts(await _asend(client, probe_commands(mode)), mode)
         self._judge(pool, facts)
 
     async def arun(self, client: redis.asyncio.Redis, name: str, calls: Calls) -> list[Any]:
@@ -320,21 +376,19 @@ class Guard:
                 out[i] = await scripts.run_async(client, name, *calls[i])
             tail = await _asend(client, self._tail())
         out = [_script_reply(r) for r in out]
-        confirm(tail, self.options.durability_timeout_ms)
+        self._confirm(tail)
         return out
 
 
 async def check_queues(client: redis.asyncio.Redis, queues: Mapping[str, QueueOptions]) -> None:
-    """Check the server for every queue's options before a worker starts, then close
-    ``client``: raises :class:`~emq.errors.UnsafeServer`. An unreachable server is not an
-    error here (a worker rides out an outage); the queues' first calls check it then."""
+    """Check the server for every queue's options before a worker starts: raises
+    :class:`~emq.errors.UnsafeServer`. An unreachable server is not an error here (a worker
+    rides out an outage); the queues' first calls check it then. ``client`` stays open."""
     try:
         for options in queues.values():
             await Guard(options, "").acheck(client)
     except UNREACHABLE:
         log.debug("server unreachable at start: checked at the first call instead")
-    finally:
-        await client.aclose()
 
 
 def _send(client: redis.Redis, cmds: list[tuple[Any, ...]]) -> list[Any]:
