@@ -247,8 +247,3 @@ class EmqGroup(click.Group):
             error(message)
             ctx.exit(2)
 
-
-def handle_errors(f: F) -> F:
-    """Kept for commands written before :class:`EmqGroup`; a no-op now that the group turns
-    every refusal into one line and exit 2."""
-    return f

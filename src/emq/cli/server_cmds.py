@@ -15,7 +15,7 @@ import click
 
 from ..config import redact_url
 from ..server import EmbeddedServer
-from .common import console, emit_json, handle_errors, json_option
+from .common import console, emit_json, json_option
 
 
 def _server(data_dir: str | None) -> EmbeddedServer:
@@ -42,7 +42,6 @@ def server() -> None:
     "reply; what QueueOptions(durability='aof') needs). Kept for later starts.",
 )
 @json_option
-@handle_errors
 def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
     """Start the embedded server, or reuse the one already running (URL shown redacted)."""
     srv = EmbeddedServer(
@@ -63,7 +62,6 @@ def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
 @server.command()
 @dir_option
 @json_option
-@handle_errors
 def stop(data_dir: str | None, as_json: bool) -> None:
     """Stop the embedded server (its AOF is flushed first)."""
     stopped = _server(data_dir).stop()
@@ -76,7 +74,6 @@ def stop(data_dir: str | None, as_json: bool) -> None:
 @server.command()
 @dir_option
 @json_option
-@handle_errors
 def status(data_dir: str | None, as_json: bool) -> None:
     """Say whether the embedded server is running, and where."""
     st = _server(data_dir).status()
@@ -92,7 +89,6 @@ def status(data_dir: str | None, as_json: bool) -> None:
 @server.command()
 @dir_option
 @json_option
-@handle_errors
 def url(data_dir: str | None, as_json: bool) -> None:
     """Print the embedded server's URL, password included (for EMQ_URL)."""
     found = _server(data_dir).url()
