@@ -22,7 +22,8 @@ import pytest
 import redis
 
 from emq import Answer, JobContext, Queue, Worker, WorkerOptions
-from emq.server import EmbeddedServer
+from emq.errors import ServerError
+from emq.server import EmbeddedServer, free_port
 
 from .helpers import assert_consistent
 
@@ -39,7 +40,17 @@ def _roll_back(srv: EmbeddedServer, backup: Path) -> None:
         time.sleep(0.01)
     shutil.rmtree(srv.data_dir)
     shutil.copytree(backup, srv.data_dir)
-    srv.start()
+    # the same port, so clients that held the old server reconnect to the restored one (a port
+    # just freed by a SIGKILL can be briefly taken: try again rather than move elsewhere)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            srv.start()
+            return
+        except ServerError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -47,7 +58,7 @@ def _roll_back(srv: EmbeddedServer, backup: Path) -> None:
 def test_no_stale_completion_is_accepted_after_a_rollback(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    srv = EmbeddedServer(tmp_path / "data", binary=server.binary)
+    srv = EmbeddedServer(tmp_path / "data", binary=server.binary, port=free_port())
     srv.start()
     try:
         with Queue.from_url(srv.url(), "rb") as q:
@@ -89,7 +100,7 @@ async def test_a_fleet_across_a_rollback_never_applies_a_stale_result(
     """Workers whose runs straddle the rollback: the runs that held a lease before it report
     their results after it. None of those results is applied while another run holds the
     lease; every job is completed by a run that held it, and nothing is lost."""
-    srv = EmbeddedServer(tmp_path / "data", binary=server.binary)
+    srv = EmbeddedServer(tmp_path / "data", binary=server.binary, port=free_port())
     srv.start()
     try:
         with Queue.from_url(srv.url(), "fleet") as q:
