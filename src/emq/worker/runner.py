@@ -22,7 +22,7 @@ import logging
 import signal
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -249,7 +249,7 @@ class Runner:
                 if self.free() <= 0:
                     # in a stuck burst run, look again once the grace period may be over
                     tick = [asyncio.sleep(0.1)] if self._stuck_since is not None else []
-                    await self.first(self.room.wait(), *tick)
+                    await first(self.stop, self.room.wait(), *tick)
                 continue
             self._stuck_since = None
             got = await self._claim(room)
@@ -297,7 +297,7 @@ class Runner:
             before, sent = self.finished, self.loop.time()
             # every slot ran dry before this claim went, soon after the last reply landed
             drained = before > 0 and not self.slots.busy and not self.ready
-            jobs = await self.retry("claim", claim)
+            jobs, _ = await retry(self.outage, "claim", claim, stop=self.stop)
             if jobs is None:
                 return None
             landed = self.loop.time()
@@ -330,7 +330,7 @@ class Runner:
         pop = asyncio.ensure_future(self.blocking.blpop(keys, timeout=self.options.poll_ms / 1000))
         self.room.clear()
         extra = [self.room.wait()] if self.options.burst else []
-        await self.first(pop, *extra)
+        await first(self.stop, pop, *extra)
         if not pop.done():
             pop.cancel()
             with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
@@ -343,16 +343,6 @@ class Runner:
             raise exc
         else:
             self.outage.ok("park")
-
-    async def first(self, *aws: Awaitable[Any]) -> None:
-        """Wait for the first of ``aws`` or the stop event (:func:`.connect.first`)."""
-        await first(self.stop, *aws)
-
-    async def retry(self, where: str, send: Callable[[], Awaitable[T]]) -> T | None:
-        """Send until it succeeds, backing off through every server error (unreachable,
-        out of memory, any refusal); None once the worker stops."""
-        result, _ = await retry(self.outage, where, send, stop=self.stop)
-        return result
 
     # -- running --------------------------------------------------------------------------
 
