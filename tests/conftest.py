@@ -73,3 +73,20 @@ def queue(url: str, qname: str) -> Iterator[Queue]:
 @pytest.fixture
 async def aqueue(url: str, qname: str) -> AsyncQueue:
     return AsyncQueue.from_url(url, qname)
+
+
+@pytest.fixture
+def own(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A started server of the same kind as ``server`` that this test alone may break."""
+    srv = EmbeddedServer(tmp_path / "own", binary=server.binary)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def admin(own: EmbeddedServer) -> Iterator[redis.Redis]:
+    """A client of :func:`own` for setting it up and checking its keys."""
+    c = redis.Redis.from_url(own.url(), decode_responses=True)
+    yield c
+    c.close()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
 import redis
 
 from emq.keys import QueueKeys
@@ -41,3 +46,15 @@ def expire_leases(client: redis.Redis, queue: str, *ids: str) -> None:
     targets = ids or tuple(client.zrange(k.active, 0, -1))
     for job_id in targets:
         client.zadd(k.active, {job_id: 1}, xx=True)
+
+
+async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``cond`` until it is truthy (its value is returned); ``timeout`` bounds a hang,
+    never a speed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +37,6 @@ AOF = QueueOptions(durability="aof")
 SHIM = Path(__file__).with_name("powercut.c")
 
 
-@pytest.fixture
-def own(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedServer]:
-    srv = EmbeddedServer(tmp_path / "srv", binary=server.binary)
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def admin(own: EmbeddedServer) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(own.url(), decode_responses=True)
-    yield c
-    c.close()
 
 
 def has_waitaof(client: redis.Redis) -> bool:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,19 +15,6 @@ from emq.server import EmbeddedServer
 EVICTING = ["allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"]
 
 
-@pytest.fixture
-def own(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedServer]:
-    srv = EmbeddedServer(tmp_path / "srv", binary=server.binary)
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def admin(own: EmbeddedServer) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(own.url(), decode_responses=True)
-    yield c
-    c.close()
 
 
 def _user_url(url: str, user: str) -> str:

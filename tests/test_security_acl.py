@@ -19,8 +19,7 @@ import json
 import logging
 import re
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from emq.errors import EmqError, ServerRefused, UnsafeServer
 from emq.scripts import SCRIPTS
 from emq.server import EmbeddedServer
 
-from .helpers import assert_consistent, expire_leases
+from .helpers import assert_consistent, expire_leases, until
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 PLACEHOLDER = ">REPLACE-WITH-A-LONG-RANDOM-PASSWORD"
@@ -215,14 +214,6 @@ def q(acl: AclServer, qname: str) -> Iterator[Queue]:
 
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 
-
-async def until(cond: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.timeout(60)

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,22 +27,13 @@ from emq.worker.connect import Outage
 from emq.worker.execute import Outcome
 from emq.worker.heartbeat import Lease
 
-from .helpers import assert_consistent, expire_leases
+from .helpers import assert_consistent, expire_leases, until
 
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 # Every wait below polls for a condition; this deadline only bounds a hang, never a speed:
 # a busy machine may take many times longer than an idle one and must still pass.
 HANG = 60.0
 
-
-async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 async def stop(w: Worker, task: asyncio.Task[None], timeout: float = HANG) -> None:

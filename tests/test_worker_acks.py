@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,20 +24,11 @@ from emq import (
 )
 from emq.worker import Cancelled
 
-from .helpers import assert_consistent, expire_leases, where
+from .helpers import assert_consistent, expire_leases, until, where
 
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 HANG = 60.0  # every wait polls for a condition: this only bounds a hang, never a speed
 
-
-async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def server_ms(client: redis.Redis) -> int:

@@ -47,13 +47,11 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .config import QueueOptions
-from .errors import EmqError, ScriptError, ServerUnreachable, from_reply
+from .errors import EmqError
 from .probe import Facts, probe_commands, read_facts, refusal
 from .shell import UNREACHABLE
 
@@ -67,7 +65,6 @@ rollback puts a job back where a worker or the sweep finds it again."""
 MARKER_FIELD = "completed"  # HINCRBY <metrics> completed 0: a write that changes nothing
 
 Calls = list[tuple[list[str], list[str | int | float]]]
-_LOST = (RedisConnectionError, RedisTimeoutError)
 
 
 class NotDurable(EmqError):
@@ -108,14 +105,8 @@ def confirm(tail: list[Any], timeout_ms: int, replicas: int = 0) -> None:
 
 def _script_reply(reply: Any) -> Any:
     if isinstance(reply, ResponseError):
-        raise from_reply(str(reply)) or ScriptError(str(reply))
+        raise scripts.refusal(reply)  # mapped as every script reply is (OOM, NOPERM, EMQ...)
     return reply
-
-
-def _unreachable(exc: Exception) -> ServerUnreachable:
-    err = ServerUnreachable(f"the server could not be reached: {exc}")
-    err.__cause__ = exc
-    return err
 
 
 # Facts per connection pool: a probe is sent once per pool, not per queue or call.
@@ -257,8 +248,8 @@ def _send(client: redis.Redis, cmds: list[tuple[Any, ...]]) -> list[Any]:
             for cmd in cmds:
                 pipe.execute_command(*cmd)  # type: ignore[no-untyped-call]
             return pipe.execute(raise_on_error=False)
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+    except scripts.LOST as exc:
+        raise scripts.unreachable(exc) from exc
 
 
 async def _asend(client: redis.asyncio.Redis, cmds: list[tuple[Any, ...]]) -> list[Any]:
@@ -267,5 +258,5 @@ async def _asend(client: redis.asyncio.Redis, cmds: list[tuple[Any, ...]]) -> li
             for cmd in cmds:
                 pipe.execute_command(*cmd)
             return await pipe.execute(raise_on_error=False)
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+    except scripts.LOST as exc:
+        raise scripts.unreachable(exc) from exc

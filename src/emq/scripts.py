@@ -38,7 +38,7 @@ from .errors import EmqError, ScriptError, ServerUnreachable, from_reply
 
 RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
 PRELUDE_FILE = "_prelude.lua"
-_LOST = (RedisConnectionError, RedisTimeoutError)
+LOST = (RedisConnectionError, RedisTimeoutError)  # redis-py's: the server is away
 
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
 _ARG_LINE = re.compile(r"^-- ARGV\[(\d+)\]\s+(\S+)\s+(\S+)")
@@ -184,8 +184,6 @@ def refusal(exc: ResponseError, script: Script | None = None) -> EmqError:
     return mapped if mapped is not None else ScriptError(text)
 
 
-_refusal = refusal
-
 
 def _check_loaded(script: Script, sha: Any) -> None:
     if isinstance(sha, bytes):
@@ -204,7 +202,7 @@ def _reload_or_give_up(script: Script, started: float, exc: NoScriptError) -> No
         ) from exc
 
 
-def _unreachable(exc: Exception) -> ServerUnreachable:
+def unreachable(exc: Exception) -> ServerUnreachable:
     err = ServerUnreachable(f"the server could not be reached: {exc}")
     err.__cause__ = exc
     return err
@@ -221,9 +219,9 @@ def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | 
                 _reload_or_give_up(script, started, exc)
                 _check_loaded(script, client.script_load(script.source))
     except ResponseError as exc:
-        raise _refusal(exc, script) from None
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+        raise refusal(exc, script) from None
+    except LOST as exc:
+        raise unreachable(exc) from exc
 
 
 async def run_async(
@@ -239,9 +237,9 @@ async def run_async(
                 _reload_or_give_up(script, started, exc)
                 _check_loaded(script, await client.script_load(script.source))
     except ResponseError as exc:
-        raise _refusal(exc, script) from None
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+        raise refusal(exc, script) from None
+    except LOST as exc:
+        raise unreachable(exc) from exc
 
 
 def _sorted_replies(replies: list[Any], script: Script) -> tuple[list[int], EmqError | None]:
@@ -266,8 +264,8 @@ def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
             for keys, args in calls:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
             replies = pipe.execute(raise_on_error=False)
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+    except LOST as exc:
+        raise unreachable(exc) from exc
     reload, refused = _sorted_replies(replies, script)
     for i in reload:
         replies[i] = run(client, name, *calls[i])
@@ -284,8 +282,8 @@ async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Cal
             for keys, args in calls:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
             replies = await pipe.execute(raise_on_error=False)
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+    except LOST as exc:
+        raise unreachable(exc) from exc
     reload, refused = _sorted_replies(replies, script)
     for i in reload:
         replies[i] = await run_async(client, name, *calls[i])
@@ -303,5 +301,5 @@ def translated() -> Iterator[None]:
         yield
     except ResponseError as exc:
         raise refusal(exc) from exc
-    except _LOST as exc:
-        raise _unreachable(exc) from exc
+    except LOST as exc:
+        raise unreachable(exc) from exc
