@@ -10,7 +10,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,35 +27,12 @@ from emq import (
 )
 from emq.server import EmbeddedServer
 
-from .helpers import assert_consistent, expire_leases, where
+from .helpers import assert_consistent, expire_leases, until, where
 
 HANG = 90.0  # bounds a hang only; a busy machine may be many times slower than an idle one
 
 
-@pytest.fixture
-def own(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedServer]:
-    """A server of the same kind as ``server`` that this test alone breaks."""
-    srv = EmbeddedServer(tmp_path / "own", binary=server.binary)
-    srv.start()
-    yield srv
-    srv.stop()
 
-
-@pytest.fixture
-def admin(own: EmbeddedServer) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(own.url(), decode_responses=True)
-    yield c
-    c.close()
-
-
-async def until(cond: Any, what: str, timeout: float = HANG) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def events(records: list[logging.LogRecord], name: str) -> list[dict[str, Any]]:
@@ -125,13 +101,13 @@ async def test_worker_rides_out_an_out_of_memory_episode_without_losing_a_compon
     ids = [long_id, *q.enqueue_many([("short", i) for i in range(100)])]
     with caplog.at_level(logging.INFO, logger="emq.worker"):
         task = asyncio.create_task(w.run())
-        await until(long_started.is_set, "the long job to start")
+        await until(long_started.is_set, HANG, "the long job to start")
         admin.config_set("maxmemory", 1)  # every write refused: extend, claim, acks, the guard
         await asyncio.sleep(1.0)  # the episode (shorter than the lease: nothing may lapse)
         admin.config_set("maxmemory", 0)
         more = q.enqueue_many([("short", i) for i in range(100, 150)])
         ids += more
-        await until(lambda: q.counts()["completed"] == len(ids), "every job to complete")
+        await until(lambda: q.counts()["completed"] == len(ids), HANG, "every job to complete")
         runner = w._runner
         assert runner is not None and runner.hb.alive and not task.done()
         w.stop()
@@ -250,7 +226,7 @@ async def test_stop_before_run_ends_that_run(queue: Queue) -> None:
     await asyncio.wait_for(w.run(), HANG)  # before: run() never returned
     # the stop was consumed: the worker can run again and be stopped while running
     task = asyncio.create_task(w.run())
-    await until(lambda: w._runner is not None, "the second run to start")
+    await until(lambda: w._runner is not None, HANG, "the second run to start")
     w.stop()
     await asyncio.wait_for(task, HANG)
 
@@ -260,7 +236,7 @@ async def test_a_second_concurrent_run_is_refused_and_stop_still_ends_the_first(
 ) -> None:
     w = Worker(queue, options=WorkerOptions(poll_ms=60_000))
     first = asyncio.create_task(w.run())
-    await until(lambda: w._runner is not None, "the first run to start")
+    await until(lambda: w._runner is not None, HANG, "the first run to start")
     with pytest.raises(EmqError, match="already running"):
         await w.run()
     w.stop()
@@ -300,7 +276,7 @@ async def test_completed_jobs_raise_no_lease_lost_events(queue: Queue, client: r
 
     queue.enqueue_many([("x", i) for i in range(120)])
     task = asyncio.create_task(w.run())
-    await until(lambda: queue.counts()["completed"] == 120, "every job to complete")
+    await until(lambda: queue.counts()["completed"] == 120, HANG, "every job to complete")
     w.stop()
     await asyncio.wait_for(task, HANG)
     claimed: dict[str, list[int]] = {}
@@ -331,3 +307,40 @@ def test_a_worker_refuses_bad_names_and_urls_at_construction() -> None:
     with pytest.raises(InvalidName) as long_err:
         Worker("x" * 100_000, url="redis://127.0.0.1:6379/0")
     assert len(str(long_err.value)) < 300  # a 100 KB name is cut, not repeated
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_archiver_loop_rides_out_an_out_of_memory_episode(
+    own: EmbeddedServer, admin: redis.Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from emq.archive import Archive
+
+    q = Queue.from_url(own.url(), "arch")
+    q.enqueue_many([("x", i) for i in range(50)])
+    events = admin.xlen(q.core.keys.events)
+    a = Archive(q, tmp_path / "floor.sqlite3")
+    stop = threading.Event()
+    cycles: list[int] = []
+    admin.config_set("maxmemory", 1)  # its lease and trims are refused from the first cycle
+    thread = threading.Thread(target=a.run, args=(0.01, stop, lambda t: cycles.append(1)))
+    with caplog.at_level(logging.WARNING, logger="emq.archive"):
+        thread.start()
+        deadline = time.monotonic() + HANG
+        while not any("retrying" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the refusal was never logged"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the episode goes on for a while
+        assert thread.is_alive() and not cycles  # refused, not dead
+        admin.config_set("maxmemory", 0)
+        while a.floor.count() < events:
+            assert time.monotonic() < deadline, "the archiver did not catch up"
+            time.sleep(0.02)
+        stop.set()
+        thread.join(HANG)
+    assert not thread.is_alive()
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("retrying" in m for m in said) == 1  # once per episode, not per cycle
+    assert any("succeeds again" in m for m in said)
+    a.close()
+    q.close()

@@ -40,12 +40,15 @@ from typing import Any, cast
 
 import redis
 
-from ..errors import EmqError
+from ..errors import EmqError, ScriptError, ServerRefused, ServerUnreachable
 from ..events import READ_CHUNK, Event, parse_id, read_range
 from ..queue import Queue
 from .floor import Floor, default_path
 
 log = logging.getLogger("emq.archive")
+# what a cycle retries: the server is away or refuses (OOM, READONLY, NOPERM); WatchError is
+# handled inside a cycle, anything else is raised
+SERVER_ERRORS = (redis.RedisError, ServerUnreachable, ServerRefused, ScriptError)
 
 Hook = Callable[[str], None]
 PAUSE_POINTS = ("claimed", "read", "folded", "cached", "trimmed")
@@ -221,20 +224,32 @@ class Archive:
         after_cycle: Callable[[Totals], None] | None = None,
     ) -> None:
         """Catch up (at most 100 cycles at a time), call ``after_cycle`` (e.g. ship closed
-        segments), wait ``every_s``; until ``stop`` is set. A connection error is logged and
-        retried on the next tick; an :class:`ArchiveConflict` ends the loop (it needs a human).
+        segments), wait ``every_s``; until ``stop`` is set. A server error (unreachable, out of
+        memory, a refusal) is logged once per episode and retried with backoff (up to 30 s);
+        an :class:`ArchiveConflict` or any other error ends the loop by raising (it needs a
+        human); the loop never ends silently.
         On the way out the lease is released (``events:archived`` is kept: retention stays with
         an archiver until :meth:`release` is called)."""
         stop = stop or threading.Event()
+        failures = 0
         try:
             while not stop.is_set():
+                wait = every_s
                 try:
                     totals = self.catch_up(max_cycles=100)
                     if after_cycle is not None:
                         after_cycle(totals)
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    log.warning("archive cycle of %s failed, retrying: %s", self.queue.name, exc)
-                stop.wait(every_s)
+                except SERVER_ERRORS as exc:
+                    failures += 1
+                    if failures == 1:
+                        log.warning("archive cycle of %s failed, retrying with backoff: %s",
+                                    self.queue.name, exc)  # fmt: skip
+                    wait = min(30.0, every_s * 2 ** min(failures, 8))
+                else:
+                    if failures:
+                        log.warning("archive cycle of %s succeeds again", self.queue.name)
+                    failures = 0
+                stop.wait(wait)
         finally:
             self.release_lease()
 
