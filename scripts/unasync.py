@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate ``src/emq/queue.py`` (the sync ``Queue``) from ``src/emq/async_queue.py``.
+"""Generate the sync shells from the asyncio ones: ``src/emq/queue.py`` (``Queue``) from
+``async_queue.py`` and ``reads.py`` (``Reads``) from ``async_reads.py``.
 
 The two shells must not drift apart, so only the asyncio one is written by hand; the sync one
 is this script's output, checked by ``tests/test_seams.py``. The rewrite is by whole tokens
@@ -17,8 +18,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "src" / "emq" / "async_queue.py"
-TARGET = ROOT / "src" / "emq" / "queue.py"
+PKG = ROOT / "src" / "emq"
+PAIRS = [(PKG / "async_queue.py", PKG / "queue.py"), (PKG / "async_reads.py", PKG / "reads.py")]
 
 # exact phrases, applied first (docstrings and imports that are not a token swap)
 PHRASES = [
@@ -33,6 +34,12 @@ PHRASES = [
         "the script.",
     ),
     ("A queue on an asyncio redis-py client", "A queue on a sync redis-py client"),
+    (
+        '"""``AsyncReads``: what ``AsyncQueue`` reads without changing anything.',
+        '"""``Reads``: what ``Queue`` reads without changing anything.\n\n'
+        "Generated from ``async_reads.py`` by ``scripts/unasync.py``: edit that file, then run\n"
+        "the script.",
+    ),
     ("import asyncio\n", "import threading\n"),
     ("asyncio.Lock()", "threading.Lock()"),
     ("asyncio.sleep(", "time.sleep("),
@@ -48,6 +55,8 @@ PHRASES = [
 # whole-word renames
 NAMES = {
     "AsyncQueue": "Queue",
+    "AsyncReads": "Reads",
+    "async_reads": "reads",
     "AsyncIterator": "Iterator",
     "Awaitable": "",
     "run_async": "run",
@@ -69,19 +78,21 @@ def unasync(text: str) -> str:
         text = re.sub(rf"\b{re.escape(old)}\b", new, text)
     # an import list that named a removed type (Awaitable) keeps no empty slot
     text = re.sub(r", ,", ",", text)
-    text = text.replace("import (, ", "import (").replace(", )", ")")
+    text = text.replace("import (, ", "import (").replace("import , ", "import ")
+    text = text.replace(", )", ")")
     return text
 
 
 def main(argv: list[str]) -> int:
-    wanted = unasync(SOURCE.read_text())
-    if "--check" in argv:
-        if TARGET.read_text() != wanted:
-            print(f"{TARGET} is out of date: run python scripts/unasync.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(wanted)
-    return 0
+    stale = 0
+    for source, target in PAIRS:
+        wanted = unasync(source.read_text())
+        if "--check" not in argv:
+            target.write_text(wanted)
+        elif not target.exists() or target.read_text() != wanted:
+            print(f"{target} is out of date: run python scripts/unasync.py", file=sys.stderr)
+            stale = 1
+    return stale
 
 
 if __name__ == "__main__":

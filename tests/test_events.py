@@ -16,7 +16,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from emq import AsyncQueue, Queue
+from emq import AsyncQueue, JobSpec, Queue
 from emq.cli.main import cli
 from emq.events import EVENT_FIELDS, JOB_EVENTS, Event, id_after, parse_id
 
@@ -91,6 +91,11 @@ def test_real_traffic_carries_the_documented_fields(queue: Queue, client: redis.
     queue.pause()
     queue.resume()
     queue.drain()
+    queue.set_limits(lane="t", rate=(1, 60_000))
+    queue.enqueue_many([("d", 1), JobSpec("d", 2, lane="t"), JobSpec("d", 3, lane="t")])
+    assert [j.lane for j in queue.claim(3)] == [None, "t"]  # then the lane's rate is used up
+    queue.pause(lane="t")
+    queue.resume(lane="t")
     seen = list(queue.events())
     assert {e.event for e in seen} >= set(EVENT_FIELDS) - {"promoted", "retrying", "missing"}
     for e in seen:

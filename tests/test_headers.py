@@ -22,13 +22,16 @@ SAMPLES = {
     "extend": core.extend([(ID, 1), (ID, 2)], 1000),
     "complete": core.complete([(ID, 1), (ID, 2)]),
     "fail": core.fail([(ID, 1, "x", True, None), (ID, 2, "y", False, None)]),
-    "delay": core.delay([(ID, 1, 0), (ID, 2, 5)]),
+    "delay": core.delay([(ID, 1, 0), (ID, 2, 5, 100, "tenant-1")]),
     "promote": core.promote(10),
     "sweep_stalled": core.sweep_stalled(2, 100),
     "redrive": core.redrive([ID, ID], False),
     "remove": core.remove(ID),
     "pause": core.pause(),
-    "resume": core.resume(),
+    "resume": core.resume("tenant-1"),
+    "set_limits": core.set_limits(concurrency=5, rate=(50, 1000), lane=None,
+                                  lane_concurrency=2, lane_rate=None, weight=None),
+    "lanes": core.lanes(),
     "drain": core.drain(10),
     "obliterate": core.obliterate(10, False),
     "node_lease": node_lease(3, "owner", 1000),
@@ -56,7 +59,7 @@ def test_header_matches_binding(name: str) -> None:
     else:
         assert len(call.args) == fixed, f"{name}: ARGV count differs from its header"
     for t in header.key_types:
-        assert t in {"ZSET", "HASH", "STREAM", "STRING", "LIST"}
+        assert t in {"ZSET", "HASH", "STREAM", "STRING", "LIST", "SET"}
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

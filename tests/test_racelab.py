@@ -102,12 +102,13 @@ def test_claim_between_is_double_delivery_not_pending_twice(client: redis.Redis)
     d = run_scenario(client, "claim-between", "naive").as_dict()
     claims = [s for s in d["steps"] if s["step"] == "claim"]
     assert [c["actor"] for c in claims] == ["W", "W2"]
-    assert all(c["reply"][2] == d["job"] for c in claims)  # both workers got the job
+    # both workers got the job (after the deadline, the missing ids and retry_in)
+    assert all(c["reply"][3] == d["job"] for c in claims)
     assert d["in_two_sets"] and d["double_delivered"]
     assert "never 'in pending twice'" in d["readout"]
     atomic = run_scenario(client, "claim-between", "atomic").as_dict()
     w2 = [s for s in atomic["steps"] if s["actor"] == "W2"]
-    assert len(w2[0]["reply"]) == 2  # the deadline and no missing ids: nothing to hand out
+    assert len(w2[0]["reply"]) == 3  # deadline, no missing ids, retry_in: nothing to hand out
 
 
 def _run(client: redis.Redis, qname: str, mode: Mode, actors: list[ActorSpec], sched: str) -> Any:

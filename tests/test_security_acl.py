@@ -62,6 +62,8 @@ SCRIPTS_OF = {
         "pause",
         "resume",
         "sweep_stalled",
+        "set_limits",
+        "lanes",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.

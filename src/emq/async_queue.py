@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 import redis.asyncio
 
 from . import durability, scripts
-from .calls import COUNT_FIELDS, Call, decode_counts, decode_job, node_lease
+from .async_reads import AsyncReads
+from .calls import Call, node_lease
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
@@ -27,9 +27,8 @@ from .config import (
     check_url,
 )
 from .errors import EmqError, InvalidOption
-from .events import Event, aiter_events
-from .ids import check_id
-from .records import Answer, Claims, EnqueuedId, Job, JobSpec, SweepResult
+from .lanes import Rate
+from .records import Answer, Claims, EnqueuedId, JobSpec, SweepResult
 from .shell import (
     CHUNK,
     RESEND_DELAYS_S,
@@ -43,18 +42,13 @@ from .shell import (
     note_landed,
     remember_bulk_limit,
 )
-from .states import Location
-
-if TYPE_CHECKING:
-    from .archive.floor import Floor
-
 
 T = TypeVar("T")
 CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class AsyncQueue(ShellBase):
+class AsyncQueue(AsyncReads, ShellBase):
     """A queue on an asyncio redis-py client (``decode_responses=True``)."""
 
     def __init__(
@@ -177,9 +171,11 @@ class AsyncQueue(ShellBase):
         max_attempts: int | None = None,
         key: str | None = None,
         id: str | None = None,
+        lane: str | None = None,
     ) -> EnqueuedId:
-        """Admit one job; its id is returned with ``created`` False if it already existed."""
-        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id)
+        """Admit one job (into ``lane``, or the default lane); its id is returned with
+        ``created`` False if it already existed."""
+        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id, lane)
         return (await self.enqueue_many([spec]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
@@ -313,15 +309,32 @@ class AsyncQueue(ShellBase):
         """Delete a job wherever it is; returns the location it was in (JobNotFound if none)."""
         return await self._run(self.core.remove(job_id))
 
-    async def pause(self) -> bool:
-        return await self._run(self.core.pause())
+    async def pause(self, lane: str | None = None) -> bool:
+        """Stop claims of the queue, or of one ``lane``; False if it was already paused."""
+        return await self._run(self.core.pause(lane))
 
-    async def resume(self) -> bool:
-        return await self._run(self.core.resume())
+    async def resume(self, lane: str | None = None) -> bool:
+        """Let claims of the queue (or ``lane``) go on; False if it was not paused."""
+        return await self._run(self.core.resume(lane))
 
-    async def is_paused(self) -> bool:
-        with scripts.translated():
-            return bool(await self.client.hget(self.core.keys.meta, "paused") == "1")
+    async def set_limits(
+        self,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        lane: str | None = None,
+        lane_concurrency: int | None = None,
+        lane_rate: Rate | None = None,
+        weight: int | None = None,
+    ) -> None:
+        """Set every limit of the queue (or, with ``lane``, of that lane) at once, fleet-wide:
+        ``concurrency`` (leased at once), ``rate`` (``(max, per_ms)``: at most ``max`` claims
+        in any ``per_ms`` of server time), ``weight`` (a lane's share of turns), and for the
+        queue the defaults of every lane without its own (``lane_concurrency``,
+        ``lane_rate``). A limit given as 0 or None is cleared (docs/lanes.md)."""
+        limits = dict(concurrency=concurrency, rate=rate, lane=lane, weight=weight)
+        limits.update(lane_concurrency=lane_concurrency, lane_rate=lane_rate)
+        await self._run(self.core.set_limits(**limits))
 
     async def drain(self, chunk: int = 1000) -> int:
         total = 0
@@ -336,45 +349,3 @@ class AsyncQueue(ShellBase):
             total += n
             if done:
                 return total
-
-    async def counts(self) -> dict[str, int]:
-        """The size of each location and the lifetime counters, read at one instant."""
-        k = self.core.keys
-        with scripts.translated():
-            async with self.client.pipeline(transaction=True) as p:
-                for loc in Location:
-                    p.zcard(k.location(loc.value))
-                p.hmget(k.metrics, list(COUNT_FIELDS))
-                *sizes, metrics = await p.execute()
-        return decode_counts(sizes, metrics)
-
-    async def job(self, job_id: str) -> Job | None:
-        """A snapshot of the job's row, or None if it has none (completed, removed)."""
-        key = self.core.keys.job(check_id(job_id))
-        with scripts.translated():
-            row = cast(dict[str, str], await self.client.hgetall(key))
-        return decode_job(job_id, row)
-
-    async def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
-        key = self.core.location_key(location)
-        if offset < 0 or not 0 < limit <= 10_000:
-            raise InvalidOption("offset must be >= 0 and limit within 1..10000")
-        with scripts.translated():
-            ids = cast(list[str], await self.client.zrange(key, offset, offset + limit - 1))
-            async with self.client.pipeline(transaction=True) as p:
-                for job_id in ids:
-                    p.hgetall(self.core.keys.job(job_id))
-                rows = await p.execute()
-        return [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
-
-    def events(self, after: str = "0-0", *, follow: bool = False) -> AsyncIterator[Event]:
-        """The live event stream above ``after`` (see :func:`emq.events.aiter_events`)."""
-        return aiter_events(self.client, self.core.keys, after=after, follow=follow)
-
-    async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
-        """Every event of ``job_id`` in order, floor and live tail merged with no gap and no
-        duplicate (see :func:`emq.archive.history`); ``floor`` defaults to
-        ``.emq/floor/<queue>.sqlite3``."""
-        from .archive.history import ahistory
-
-        return await ahistory(self, job_id, floor)

@@ -20,12 +20,14 @@ from .config import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_LEASE_MS, Backoff, QueueOpti
 from .errors import InvalidName, InvalidOption
 from .ids import check_id
 from .keys import QueueKeys, node_key
+from .lanes import Lane, Limits, check_lane, decode_lanes, lane_arg, lanes_keys, limits_args
 from .payloads import encode_payload
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import STATE_OF_LOCATION, Location
 
 T = TypeVar("T")
 Arg = str | int | float
+Hold = tuple[str, int, int, int, str]  # (id, token, delay_ms, hold_ms, lane or "*")
 
 JOB_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 MAX_BATCH = 1_000
@@ -117,7 +119,7 @@ class QueueCore:
         """Validate a job and return its ARGV group for enqueue.lua (id '' until minted)."""
         return self.job_group(
             spec.name, spec.payload, spec.delay_ms, spec.priority, spec.max_attempts, spec.key,
-            spec.id,
+            spec.id, spec.lane,
         )  # fmt: skip
 
     def job_group(
@@ -129,6 +131,7 @@ class QueueCore:
         max_attempts: int | None = None,
         key: str | None = None,
         id: str | None = None,
+        lane: str | None = None,
     ) -> list[Arg]:
         """Validate one job's fields and return its ARGV group (the hot path of enqueue)."""
         check_job_name(name)
@@ -143,7 +146,8 @@ class QueueCore:
             check_text("dedup key", key, 256)
         if id is not None:
             check_id(id)
-        return [id or "", name, text, priority, attempts, delay_ms, key or ""]
+        lane = "" if lane is None else check_lane(lane)
+        return [id or "", name, text, priority, attempts, delay_ms, key or "", lane]
 
     def enqueue(self, groups: Sequence[list[Arg]]) -> Call[list[EnqueuedId]]:
         if not groups:
@@ -156,7 +160,8 @@ class QueueCore:
                 raise InvalidOption("every job needs an id before it is sent")
             args += group
         k = self.keys
-        return Call("enqueue", [k.pending, k.schedule, k.events, k.wake], args, _decode_enqueued)
+        keys = [k.pending, k.schedule, k.events, k.wake, k.meta]
+        return Call("enqueue", keys, args, _decode_enqueued)
 
     def claim(self, count: int, lease_ms: int, request: str | None = None) -> Call[Claims]:
         """``request`` names the call so a resend after a lost reply (redis-py retries on
@@ -184,7 +189,7 @@ class QueueCore:
         """Per job: ``COMPLETED``, ``LOST`` or ``GONE``."""
         k = self.keys
         args = [k.prefix, self._maxlen, *_pairs(pairs)]
-        return Call("complete", [k.active, k.metrics, k.events], args, decode_answers)
+        return Call("complete", [k.active, k.metrics, k.events, k.meta], args, decode_answers)
 
     def fail(
         self,
@@ -200,25 +205,32 @@ class QueueCore:
             args += (backoff or self.options.backoff).script_args(rng)
         if len(args) == 2:
             raise InvalidOption("fail needs at least one job")
-        keys = [k.active, k.schedule, k.dead, k.metrics, k.events]
+        keys = [k.active, k.schedule, k.dead, k.metrics, k.events, k.meta]
         return Call("fail", keys, args, decode_answers)
 
-    def delay(self, items: Iterable[tuple[str, int, int]]) -> Call[list[Answer]]:
-        """Per job: ``PENDING``, ``SCHEDULED``, ``LOST`` or ``GONE``."""
+    def delay(self, items: Iterable[tuple[str, int, int] | Hold]) -> Call[list[Answer]]:
+        """Per job: ``PENDING``, ``SCHEDULED``, ``LOST`` or ``GONE``. An item of five,
+        ``(id, token, delay_ms, hold_ms, lane)``, also holds that lane (``"*"``: the whole
+        queue) for ``hold_ms``: a handler's :class:`~emq.RateLimited`."""
         k = self.keys
         args: list[Arg] = [k.prefix, self._maxlen]
-        for job_id, token, delay_ms in items:
-            args += _pairs([(job_id, token)])
-            args.append(check_int("delay_ms", delay_ms, 0, MAX_DELAY_MS, "ms"))
+        for item in items:
+            args += _pairs([(item[0], item[1])])
+            args.append(check_int("delay_ms", item[2], 0, MAX_DELAY_MS, "ms"))
+            if len(item) == 5:
+                hold = "*" if item[4] == "*" else lane_arg(item[4])
+                args += [check_int("hold_ms", item[3], 0, MAX_DELAY_MS, "ms"), hold]
+            else:
+                args += [0, ""]
         if len(args) == 2:
             raise InvalidOption("delay needs at least one job")
-        keys = [k.active, k.pending, k.schedule, k.events, k.wake]
+        keys = [k.active, k.pending, k.schedule, k.events, k.wake, k.meta]
         return Call("delay", keys, args, decode_answers)
 
     def promote(self, limit: int) -> Call[list[str]]:
         check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
-        keys = [k.schedule, k.pending, k.events, k.wake, k.metrics]
+        keys = [k.schedule, k.pending, k.events, k.wake, k.metrics, k.meta]
         return Call("promote", keys, [k.prefix, self._maxlen, limit], list)
 
     def sweep_stalled(self, max_stalled: int, limit: int) -> Call[SweepResult]:
@@ -227,7 +239,7 @@ class QueueCore:
         k = self.keys
         return Call(
             "sweep_stalled",
-            [k.active, k.pending, k.dead, k.metrics, k.events, k.wake],
+            [k.active, k.pending, k.dead, k.metrics, k.events, k.wake, k.meta],
             [k.prefix, self._maxlen, max_stalled, limit],
             lambda r: SweepResult(list(r[0]), list(r[1]), list(r[2])),
         )
@@ -243,26 +255,39 @@ class QueueCore:
             raise InvalidOption(f"at most {MAX_BATCH} ids per redrive call")
         k = self.keys
         args: list[Arg] = [k.prefix, self._maxlen, 1 if keep_counters else 0, all_limit, *checked]
-        return Call("redrive", [k.dead, k.pending, k.events, k.wake], args, list)
+        return Call("redrive", [k.dead, k.pending, k.events, k.wake, k.meta], args, list)
 
     def remove(self, job_id: str) -> Call[str]:
         k = self.keys
-        keys = [k.pending, k.active, k.schedule, k.dead, k.events]
+        keys = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta]
         return Call("remove", keys, [k.prefix, self._maxlen, check_id(job_id)], str)
 
-    def pause(self) -> Call[bool]:
-        return Call("pause", [self.keys.meta, self.keys.events], [self._maxlen], lambda r: r == 1)
-
-    def resume(self) -> Call[bool]:
+    def pause(self, lane: str | None = None) -> Call[bool]:
+        """Pause the queue, or one lane (``"default"`` names the default lane)."""
         k = self.keys
-        return Call("resume", [k.meta, k.events, k.wake], [self._maxlen], lambda r: r == 1)
+        args: list[Arg] = [k.prefix, self._maxlen, "" if lane is None else lane_arg(lane)]
+        return Call("pause", [k.meta, k.events], args, lambda r: r == 1)
+
+    def resume(self, lane: str | None = None) -> Call[bool]:
+        k = self.keys
+        args: list[Arg] = [k.prefix, self._maxlen, "" if lane is None else lane_arg(lane)]
+        return Call("resume", [k.meta, k.events, k.wake], args, lambda r: r == 1)
+
+    def set_limits(self, **limits: Any) -> Call[bool]:
+        """Replace the queue's (or ``lane``'s) limits as a whole (see ``limits_args``)."""
+        k = self.keys
+        args: list[Arg] = [k.prefix, self._maxlen, *limits_args(**limits)]
+        return Call("set_limits", [k.meta, k.events, k.wake], args, lambda r: r == 1)
+
+    def lanes(self) -> Call[tuple[Limits, list[Lane]]]:
+        """Read the queue's limits and its lanes at one instant."""
+        return Call("lanes", lanes_keys(self.keys), [self.keys.prefix], decode_lanes)
 
     def drain(self, limit: int) -> Call[int]:
         check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
-        return Call(
-            "drain", [k.pending, k.schedule, k.events], [k.prefix, self._maxlen, limit], int
-        )
+        keys = [k.pending, k.schedule, k.events, k.meta]
+        return Call("drain", keys, [k.prefix, self._maxlen, limit], int)
 
     def obliterate(self, limit: int, force: bool) -> Call[tuple[int, bool]]:
         check_int("limit", limit, 1, MAX_CHUNK)
@@ -294,9 +319,7 @@ class QueueCore:
 def node_lease(node: int, owner: str, ttl_ms: int) -> Call[tuple[bool, int]]:
     """Take or renew id node ``node``: ``(held, server_ms)``, the server clock read in the
     same step (the minter keeps it as its offset, see :mod:`emq.ids`)."""
-    return Call(
-        "node_lease", [node_key(node)], [owner, ttl_ms], lambda r: (r[0] == 1, int(r[1]))
-    )
+    return Call("node_lease", [node_key(node)], [owner, ttl_ms], lambda r: (r[0] == 1, int(r[1])))
 
 
 def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:
@@ -325,10 +348,11 @@ def _decode_claimed(reply: list[Any]) -> Claims:
             name=reply[i + 4],
             payload=decode_payload(reply[i + 5]),
             deadline_ms=deadline,
+            lane=reply[i + 6] or None,
         )
-        for i in range(2, len(reply), 6)
+        for i in range(3, len(reply), 7)
     ]
-    return Claims(jobs, list(reply[1]))
+    return Claims(jobs, list(reply[1]), int(reply[2]))
 
 
 def decode_job(job_id: str, row: dict[str, str]) -> Job | None:

@@ -123,8 +123,10 @@ def from_reply(message: str) -> EmqError | None:
     cls = _BY_CLASS.get(head)
     if cls is not None:
         return cls(detail or head)
-    if head == "NOPERM" or "ACL failure in script" in message or (
-        "can't run this command or subcommand" in message
+    if (
+        head == "NOPERM"
+        or "ACL failure in script" in message
+        or ("can't run this command or subcommand" in message)
     ):
         return ServerRefused(
             f"the server refused the call for lack of an ACL permission (NOPERM); see "

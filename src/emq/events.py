@@ -44,8 +44,14 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "paused": (),
     "resumed": (),
     "drained": ("count",),
+    "lane_paused": ("lane",),
+    "lane_resumed": ("lane",),
+    "rate_limited": ("lane", "until", "by"),
+    "limits_set": ("lane", "concurrency", "rate", "weight", "lane_concurrency", "lane_rate"),
 }
-QUEUE_EVENTS = frozenset({"paused", "resumed", "drained"})
+QUEUE_EVENTS = frozenset(
+    {"paused", "resumed", "drained", "lane_paused", "lane_resumed", "rate_limited", "limits_set"}
+)
 JOB_EVENTS = frozenset(EVENT_FIELDS) - QUEUE_EVENTS
 
 READ_CHUNK = 1_000

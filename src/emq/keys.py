@@ -101,6 +101,17 @@ class QueueKeys:
     def location(self, name: str) -> str:
         return self._k(name)
 
+    def lane(self, lane: str, what: str) -> str:
+        """A key of one lane: ``pending`` (ZSET), ``active`` (SET), ``rate`` (ZSET, its claim
+        log). The default lane's waiting jobs are in :attr:`pending`; the caller must have
+        validated the lane's name."""
+        return self._k(f"lane:{lane}:{what}")
+
+    def lanes(self, what: str) -> str:
+        """A key about every lane: ``ring`` (ZSET), ``later`` (ZSET), ``full`` (SET),
+        ``conf`` (HASH); ``rate`` is the queue's own claim log."""
+        return self._k(what if what == "rate" else f"lanes:{what}")
+
 
 def node_key(node: int) -> str:
     """The lease key of an id-minting node number (global, not per queue)."""

@@ -33,12 +33,13 @@ class JobSpec:
     max_attempts: int | None = None
     key: str | None = None
     id: str | None = None
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
-    clock."""
+    clock; ``lane`` is None for the default lane."""
 
     id: str
     token: int
@@ -47,6 +48,7 @@ class Claimed:
     attempts: int
     stalled: int
     deadline_ms: int
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +65,14 @@ class SweepResult:
 class Claims(list[Claimed]):
     """The jobs one claim leased, plus ``missing``: ids the claim found in ``pending`` or
     ``schedule`` without their row (dropped from the set, counted in the ``missing`` metric and
-    emitted as a ``missing`` event each; the worker logs them)."""
+    emitted as a ``missing`` event each; the worker logs them), and ``retry_in_ms``: when fewer
+    jobs than asked were leased because of a rate limit or a hold, how long until the soonest
+    one ends (0 otherwise: wait for a wake-up)."""
 
-    def __init__(self, jobs: list[Claimed], missing: list[str]) -> None:
+    def __init__(self, jobs: list[Claimed], missing: list[str], retry_in_ms: int = 0) -> None:
         super().__init__(jobs)
         self.missing = missing
+        self.retry_in_ms = retry_in_ms
 
 
 class Answer(StrEnum):
@@ -99,3 +104,8 @@ class Job:
     created_at: int
     last_error: str | None
     fields: dict[str, str]
+
+    @property
+    def lane(self) -> str | None:
+        """The job's lane, None for the default lane."""
+        return self.fields.get("lane") or None

@@ -184,7 +184,6 @@ def refusal(exc: ResponseError, script: Script | None = None) -> EmqError:
     return mapped if mapped is not None else ScriptError(text)
 
 
-
 def _check_loaded(script: Script, sha: Any) -> None:
     if isinstance(sha, bytes):
         sha = sha.decode()

@@ -33,7 +33,7 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 # fits, so the server's own limit is read (CONFIG GET, once per pool) only for larger payloads.
 BULK_FLOOR = 1024 * 1024
 _BULK_LIMITS: weakref.WeakKeyDictionary[object, int | None] = weakref.WeakKeyDictionary()
-GROUP_FIELDS = ("name", "payload", "priority", "max_attempts", "delay_ms", "key")  # group[1:]
+GROUP_FIELDS = ("name", "payload", "priority", "max_attempts", "delay_ms", "key", "lane")
 
 # One id minter (one node lease) per connection pool, shared by every queue on it.
 _MINTERS: weakref.WeakKeyDictionary[object, Minter] = weakref.WeakKeyDictionary()
@@ -102,8 +102,9 @@ def expect(answer: int | Answer, job_id: str, what: str) -> None:
     if answer == Answer.LOST:
         raise LeaseLost(f"{what} refused: the lease on {job_id} is no longer held by this token")
     if answer == Answer.GONE:
-        raise JobNotFound(f"{what} refused: job {job_id} has no row (completed, removed, or never "
-                          "existed)")
+        raise JobNotFound(
+            f"{what} refused: job {job_id} has no row (completed, removed, or never existed)"
+        )
 
 
 class ShellBase:

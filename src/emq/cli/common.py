@@ -246,4 +246,3 @@ class EmqGroup(click.Group):
                 raise
             error(message)
             ctx.exit(2)
-

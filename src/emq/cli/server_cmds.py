@@ -44,9 +44,7 @@ def server() -> None:
 @json_option
 def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
     """Start the embedded server, or reuse the one already running (URL shown redacted)."""
-    srv = EmbeddedServer(
-        data_dir or os.environ.get("EMQ_HOME", ".emq"), appendfsync=appendfsync
-    )
+    srv = EmbeddedServer(data_dir or os.environ.get("EMQ_HOME", ".emq"), appendfsync=appendfsync)
     url = redact_url(srv.start())
     if as_json:
         emit_json({"url": url, "data_dir": str(srv.data_dir)})

@@ -12,6 +12,16 @@
 -- emit(...)             one XADD of field/value pairs
 -- finish(reply)         trims once per call if anything was emitted; returns reply
 -- wake(k_wake, n)       pushes min(n, 32) wake tokens for parked workers, list capped at 32
+-- use_lanes(prefix, k_meta, ...)  reads the queue's lane mode (docs/lanes.md) and returns
+--                       meta's concurrency and the other fields named, in order
+-- lanes_on(k_pending)   turns lane mode on: today's leased jobs join the default lane's
+--                       active set, and the default lane joins the ring if it has work
+-- to_pending(k_pending, id, priority, lane)  puts a job into its lane's waiting set (and
+--                       its lane into the ring, at finish); lane is the row's field or false
+-- lane_release(lane, id)  a leased job of lane leaves active: its slot is free at once
+-- lanes_flush()         writes what to_pending and lane_release gathered (finish calls it)
+-- known_lanes()         every lane that may hold waiting jobs (ring, later, full, conf),
+--                       the default lane first
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing'}
@@ -38,13 +48,6 @@ local function emit(...)
   end
 end
 
-local function finish(reply)
-  if ev_emitted and ev_max > 0 and redis.call('EXISTS', ev_key .. ':archived') == 0 then
-    redis.call('XTRIM', ev_key, 'MAXLEN', '~', ev_max)
-  end
-  return reply
-end
-
 local function wake(k_wake, n)
   if n > 0 then
     local tokens = {}
@@ -53,3 +56,107 @@ local function wake(k_wake, n)
     redis.call('LTRIM', k_wake, 0, 31)
   end
 end
+
+local DEFAULT_LANE = 'default'
+local lane_prefix, lane_mode, lane_vtime, queue_limited = '', false, '0', false
+local lane_ready, lane_freed, released = {}, {}, 0
+
+local function use_lanes(prefix, k_meta, ...)
+  local m = redis.call('HMGET', k_meta, 'lanes', 'vtime', 'concurrency', ...)
+  lane_prefix, lane_mode, lane_vtime = prefix, m[1] == '1', m[2] or '0'
+  queue_limited = m[3] ~= false and m[3] ~= '0'
+  return {unpack(m, 3)}
+end
+
+local function lane_key(lane, what)
+  return lane_prefix .. 'lane:' .. lane .. ':' .. what
+end
+
+local function lane_pending_key(k_pending, lane)
+  if lane == DEFAULT_LANE then return k_pending end
+  return lane_key(lane, 'pending')
+end
+
+local function lanes_on(k_pending)
+  redis.call('HSET', lane_prefix .. 'meta', 'lanes', '1')
+  lane_mode = true
+  local leased = redis.call('ZRANGE', lane_prefix .. 'active', 0, -1)
+  for i = 1, #leased, 1000 do
+    redis.call('SADD', lane_key(DEFAULT_LANE, 'active'),
+      unpack(leased, i, math.min(i + 999, #leased)))
+  end
+  if redis.call('ZCARD', k_pending) > 0 then lane_ready[DEFAULT_LANE] = true end
+end
+
+local function to_pending(k_pending, id, priority, lane)
+  if not lane or lane == '' then lane = DEFAULT_LANE end
+  if not lane_mode then
+    if lane == DEFAULT_LANE then
+      redis.call('ZADD', k_pending, priority, id)
+      return
+    end
+    lanes_on(k_pending)
+  end
+  redis.call('ZADD', lane_pending_key(k_pending, lane), priority, id)
+  lane_ready[lane] = true
+end
+
+local function lane_release(lane, id)
+  released = released + 1
+  if lane_mode then
+    if not lane or lane == '' then lane = DEFAULT_LANE end
+    redis.call('SREM', lane_key(lane, 'active'), id)
+    lane_freed[lane] = true
+  end
+end
+
+local function lanes_flush()
+  local names = {}
+  for lane in pairs(lane_freed) do names[#names + 1] = lane end
+  local k_full, k_ring = lane_prefix .. 'lanes:full', lane_prefix .. 'lanes:ring'
+  local woken = 0
+  if #names > 0 then
+    local full = redis.call('SMISMEMBER', k_full, unpack(names))
+    for i, lane in ipairs(names) do
+      if full[i] == 1 then
+        redis.call('SREM', k_full, lane)
+        lane_ready[lane] = true
+        woken = woken + 1
+      end
+    end
+  end
+  local ring = {}
+  for lane in pairs(lane_ready) do
+    ring[#ring + 1] = lane_vtime
+    ring[#ring + 1] = lane
+  end
+  if #ring > 0 then redis.call('ZADD', k_ring, 'NX', unpack(ring)) end
+  if queue_limited then woken = woken + released end
+  wake(lane_prefix .. 'wake', woken)
+  lane_ready, lane_freed, released = {}, {}, 0
+end
+
+local function known_lanes()
+  local seen, names = {[DEFAULT_LANE] = true}, {DEFAULT_LANE}
+  local p = lane_prefix .. 'lanes:'
+  for _, list in ipairs({redis.call('ZRANGE', p .. 'ring', 0, -1),
+      redis.call('ZRANGE', p .. 'later', 0, -1), redis.call('SMEMBERS', p .. 'full'),
+      redis.call('HKEYS', p .. 'conf')}) do
+    for _, lane in ipairs(list) do
+      if not seen[lane] then
+        seen[lane] = true
+        names[#names + 1] = lane
+      end
+    end
+  end
+  return names
+end
+
+local function finish(reply)
+  lanes_flush()
+  if ev_emitted and ev_max > 0 and redis.call('EXISTS', ev_key .. ':archived') == 0 then
+    redis.call('XTRIM', ev_key, 'MAXLEN', '~', ev_max)
+  end
+  return reply
+end
+

@@ -2,17 +2,25 @@
 --
 -- Leases up to count jobs under one reading of the server clock. Due scheduled jobs are
 -- promoted first, so a retry's backoff ends on time without a separate beat. Safety belt:
--- the pause flag is read here, inside the same step as the pop (a paused queue returns no
--- jobs, not an error); attempts is bumped with HINCRBY and the token derived here, never
--- written by a client; the lease deadline is now + lease_ms on the server clock. A call carrying a
--- request id stores its reply for lease_ms (at most 60 s): a resend of the same call (a
--- retry after a lost reply) gets the same jobs back instead of leasing more and stranding
--- the first ones.
+-- the pause flag and every limit are read here, inside the same step as the pop (a paused or
+-- limited queue returns no jobs, not an error); attempts is bumped with HINCRBY and the token
+-- derived here, never written by a client; the lease deadline is now + lease_ms on the server
+-- clock. A call carrying a request id stores its reply for lease_ms (at most 60 s): a resend
+-- of the same call (a retry after a lost reply) gets the same jobs back instead of leasing
+-- more and stranding the first ones.
 --
--- KEYS[1] pending    ZSET    waiting jobs, score = priority
+-- Limits (docs/lanes.md): the queue's concurrency counts its leased jobs (ZCARD active), a
+-- lane's counts lane:<L>:active, whose members are checked against active before they refuse
+-- a claim, so a slot can not leak. A rate (max, per_ms) allows a claim at now only while
+-- fewer than max claims lie in (now - per_ms, now]: every claim is logged in a ZSET. In lane
+-- mode the lanes in lanes:ring are served by stride scheduling: the lane with the lowest pass
+-- gets the next job and its pass grows by 1/weight; a lane that is paused, held, at its
+-- concurrency limit or out of rate leaves the ring (for conf, lanes:later or lanes:full).
+--
+-- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[3] schedule   ZSET    delayed jobs, score = run-at ms
--- KEYS[4] meta       HASH    queue flags (paused)
+-- KEYS[4] meta       HASH    queue flags and limits (paused, lanes, concurrency, rate, ...)
 -- KEYS[5] events     STREAM  lifecycle events
 -- KEYS[6] metrics    HASH    counters (missing)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
@@ -22,10 +30,15 @@
 -- ARGV[5] request    string  the call's request id, '' for none
 -- Returns: flat array: deadline ms, the ids found without their row (an evicted or hand-deleted
 --          row: dropped from the set, counted in metrics 'missing', a 'missing' event each),
---          then per job: id, token, attempts, stalled, name, payload (token: a decimal string,
---          max(previous token + 1, server clock in us), so never issued twice for one job)
+--          retry_in ms (when fewer than count were leased because of a rate limit or a hold:
+--          how long until the soonest one ends; 0 otherwise), then per job: id, token,
+--          attempts, stalled, name, payload, lane ('' for the default lane) (token: a decimal
+--          string, max(previous token + 1, server clock in us), so never issued twice for one
+--          job)
 -- Errors: none
--- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), events:archived STRING (read only)
+-- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), rate ZSET (claim log),
+--   lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH, lane:<L>:pending ZSET,
+--   lane:<L>:active SET, lane:<L>:rate ZSET, wake LIST, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -50,16 +63,70 @@ local now_us = server_us()
 local now = math.floor(now_us / 1000)
 local deadline = now + lease_ms
 local missing = {}
-local out = {deadline, missing}
-if redis.call('HGET', k_meta, 'paused') == '1' then return out end
+local out = {deadline, missing, 0}
+-- m: concurrency, paused, rate, held_until, lane_concurrency, lane_rate, limited_until
+local m = use_lanes(prefix, k_meta, 'paused', 'rate', 'held_until', 'lane_concurrency',
+  'lane_rate', 'limited_until')
+if m[2] == '1' then return out end
+
+local function parse_rate(text)  -- 'max:per_ms' -> max, per_ms; 0, 0 for none
+  if not text or text == '' then return 0, 0 end
+  local most, per = string.match(text, '^(%d+):(%d+)$')
+  return tonumber(most), tonumber(per)
+end
+
+-- free claims now under a rate (most, per) logged in k_log, and when the next one frees up
+local function rate_room(k_log, most, per)
+  redis.call('ZREMRANGEBYSCORE', k_log, '-inf', now - per)
+  local n = redis.call('ZCARD', k_log)
+  if n < most then return most - n, 0 end
+  local oldest = redis.call('ZRANGE', k_log, n - most, n - most, 'WITHSCORES')
+  return 0, tonumber(oldest[2]) + per
+end
+
+local function log_claims(k_log, per, members)
+  if #members > 0 then
+    local args = {}
+    for i, member in ipairs(members) do
+      args[2 * i - 1] = now
+      args[2 * i] = member
+    end
+    redis.call('ZADD', k_log, unpack(args))
+    redis.call('PEXPIRE', k_log, per)
+  end
+end
+
+-- queue-wide limits: a hold (a handler's RateLimited), concurrency, rate
+local want = count
+local q_most, q_per = parse_rate(m[3])
+local held = tonumber(m[4] or '0')
+if held > now then
+  out[3] = held - now
+  return out
+end
+local q_conc = tonumber(m[1] or '0')
+if q_conc > 0 then want = math.min(want, q_conc - redis.call('ZCARD', k_active)) end
+if want <= 0 then return out end
+if q_most > 0 then
+  local free, next_at = rate_room(prefix .. 'rate', q_most, q_per)
+  if free == 0 then
+    out[3] = next_at - now
+    if tonumber(m[7] or '0') ~= next_at then
+      redis.call('HSET', k_meta, 'limited_until', next_at)
+      emit('event', 'rate_limited', 'lane', '*', 'until', next_at, 'by', 'rate')
+    end
+    return finish(out)
+  end
+  want = math.min(want, free)
+end
 
 local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, count)
 for _, id in ipairs(due) do
   local row = prefix .. 'job:' .. id
   redis.call('ZREM', k_schedule, id)
-  local priority = redis.call('HGET', row, 'priority')
-  if priority then
-    redis.call('ZADD', k_pending, priority, id)
+  local f = redis.call('HMGET', row, 'priority', 'lane')
+  if f[1] then
+    to_pending(k_pending, id, f[1], f[2])
     redis.call('HSET', row, 'state', 'pending')
     emit('event', 'promoted', 'job', id)
   else
@@ -68,32 +135,216 @@ for _, id in ipairs(due) do
   end
 end
 
-local popped = redis.call('ZPOPMIN', k_pending, count)
-for i = 1, #popped, 2 do
-  local id = popped[i]
+local logged = {}  -- 'id:token' of each lease, for the queue's rate log
+-- lease one popped id of lane (its row read here); false if the row is missing
+local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload')
-  if f[3] then
-    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-    -- the token carries the server clock, so it is larger than any token issued before for
-    -- this job, even one the server issued and then lost with a rollback of its data
-    local token = string.format('%.0f', math.max(tonumber(f[1] or '0') + 1, now_us))
-    redis.call('HSET', row, 'state', 'active', 'token', token)
-    redis.call('ZADD', k_active, deadline, id)
-    out[#out + 1] = id
-    out[#out + 1] = token
-    out[#out + 1] = attempts
-    out[#out + 1] = tonumber(f[2])
-    out[#out + 1] = f[3]
-    out[#out + 1] = f[4]
-    emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
-  else
+  if not f[3] then
     missing[#missing + 1] = id
-    emit('event', 'missing', 'job', id, 'from', 'pending')
+    emit('event', 'missing', 'job', id, 'from', from)
+    return false
+  end
+  local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+  -- the token carries the server clock, so it is larger than any token issued before for
+  -- this job, even one the server issued and then lost with a rollback of its data
+  local token = string.format('%.0f', math.max(tonumber(f[1] or '0') + 1, now_us))
+  redis.call('HSET', row, 'state', 'active', 'token', token)
+  redis.call('ZADD', k_active, deadline, id)
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = token
+  out[n + 3] = attempts
+  out[n + 4] = tonumber(f[2])
+  out[n + 5] = f[3]
+  out[n + 6] = f[4]
+  out[n + 7] = lane
+  if q_most > 0 then logged[#logged + 1] = id .. ':' .. token end
+  emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
+  return token
+end
+
+-- a binary heap of lane indexes ordered by (pass, index): the stride scheduler's queue
+local function heap_less(lanes, a, b)
+  local pa, pb = lanes[a].pass, lanes[b].pass
+  return pa < pb or (pa == pb and a < b)
+end
+local function heap_push(heap, lanes, i)
+  heap[#heap + 1] = i
+  local c = #heap
+  while c > 1 do
+    local p = math.floor(c / 2)
+    if not heap_less(lanes, heap[c], heap[p]) then break end
+    heap[c], heap[p] = heap[p], heap[c]
+    c = p
   end
 end
+local function heap_pop(heap, lanes)
+  local top = heap[1]
+  heap[1] = heap[#heap]
+  heap[#heap] = nil
+  local c, n = 1, #heap
+  while 2 * c <= n do  -- c at least doubles each turn
+    local l, r, s = 2 * c, 2 * c + 1, c
+    if heap_less(lanes, heap[l], heap[s]) then s = l end
+    if r <= n and heap_less(lanes, heap[r], heap[s]) then s = r end
+    if s == c then break end
+    heap[c], heap[s] = heap[s], heap[c]
+    c = s
+  end
+  return top
+end
+
+local d_conc = tonumber(m[5] or '0')
+local d_most, d_per = parse_rate(m[6])
+local k_ring, k_later = prefix .. 'lanes:ring', prefix .. 'lanes:later'
+local k_full = prefix .. 'lanes:full'
+
+-- a lane's settings: weight, concurrency, rate max, rate per_ms, paused (its own, else the
+-- queue's per-lane defaults)
+local function settings(text)
+  if not text then return 1, d_conc, d_most, d_per, false end
+  local w, c, most, per, paused = string.match(text, '^(%S+) (%d+) (%d+) (%d+) (%d)$')
+  c, most, per = tonumber(c), tonumber(most), tonumber(per)
+  if c == 0 then c = d_conc end
+  if most == 0 then most, per = d_most, d_per end
+  return tonumber(w), c, most, per, paused == '1'
+end
+
+-- leased jobs of a lane, after dropping members that are no longer in active (only when they
+-- would refuse a claim): derived from what is really leased, so a slot can not leak
+local function running(lane, limit)
+  local k = lane_key(lane, 'active')
+  local n = redis.call('SCARD', k)
+  if n >= limit then
+    local members = redis.call('SMEMBERS', k)
+    local scores = redis.call('ZMSCORE', k_active, unpack(members))
+    for i, id in ipairs(members) do
+      if not scores[i] then
+        redis.call('SREM', k, id)
+        n = n - 1
+      end
+    end
+  end
+  return n
+end
+
+local served = 0
+if not lane_mode then
+  local popped = redis.call('ZPOPMIN', k_pending, want)
+  for i = 1, #popped, 2 do
+    if lease(popped[i], '', 'pending') then served = served + 1 end
+  end
+else
+  local back = redis.call('ZRANGEBYSCORE', k_later, '-inf', now, 'LIMIT', 0, 1000)
+  if #back > 0 then
+    redis.call('ZREM', k_later, unpack(back))
+    for _, lane in ipairs(back) do lane_ready[lane] = true end
+  end
+  lanes_flush()
+  local vtime = tonumber(lane_vtime)
+  local rounds = 0
+  while served < want and rounds < 16 do
+    rounds = rounds + 1
+    local need = want - served
+    local win = redis.call('ZRANGE', k_ring, 0, need, 'WITHSCORES')
+    local n = #win / 2
+    if n == 0 then break end
+    local bound = math.huge  -- lanes past the window have a pass of at least this
+    if n > need then
+      bound = tonumber(win[2 * n])
+      n = need
+    end
+    local names = {}
+    for i = 1, n do names[i] = win[2 * i - 1] end
+    local confs = redis.call('HMGET', prefix .. 'lanes:conf', unpack(names))
+    local holds = redis.call('ZMSCORE', k_later, unpack(names))
+    local lanes, heap, drop = {}, {}, {}
+    for i = 1, n do
+      local lane = names[i]
+      local w, c, most, per, paused = settings(confs[i])
+      local L = {name = lane, pass = tonumber(win[2 * i]), stride = 1 / w, cap = need,
+        take = 0, conc = c, run = 0, most = most, per = per}
+      local hold = tonumber(holds[i] or '0')
+      if paused then
+        L.cap = 0
+      elseif hold > now then
+        L.cap = 0
+      else
+        if c > 0 then
+          L.run = running(lane, c)
+          if L.run >= c then
+            L.cap = 0
+            redis.call('SADD', k_full, lane)
+          else
+            L.cap = math.min(L.cap, c - L.run)
+          end
+        end
+        if L.cap > 0 and most > 0 then
+          local free, next_at = rate_room(lane_key(lane, 'rate'), most, per)
+          if free == 0 then
+            L.cap = 0
+            redis.call('ZADD', k_later, next_at, lane)
+            emit('event', 'rate_limited', 'lane', lane, 'until', next_at, 'by', 'rate')
+          else
+            L.cap = math.min(L.cap, free)
+          end
+        end
+      end
+      lanes[i] = L
+      if L.cap > 0 then heap_push(heap, lanes, i) else drop[#drop + 1] = lane end
+    end
+    local picks = 0
+    while picks < need and #heap > 0 and lanes[heap[1]].pass <= bound do
+      local i = heap_pop(heap, lanes)
+      local L = lanes[i]
+      L.take = L.take + 1
+      picks = picks + 1
+      vtime = L.pass
+      L.pass = L.pass + L.stride
+      if L.take < L.cap then heap_push(heap, lanes, i) end
+    end
+    local passes = {}
+    for i = 1, n do
+      local L = lanes[i]
+      if L.take > 0 then
+        local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, L.name), L.take)
+        local leased, logs = {}, {}
+        for j = 1, #popped, 2 do
+          local token = lease(popped[j], L.name == DEFAULT_LANE and '' or L.name, 'pending')
+          if token then
+            leased[#leased + 1] = popped[j]
+            logs[#logs + 1] = popped[j] .. ':' .. token
+          end
+        end
+        served = served + #leased
+        if #leased > 0 then redis.call('SADD', lane_key(L.name, 'active'), unpack(leased)) end
+        if L.most > 0 then log_claims(lane_key(L.name, 'rate'), L.per, logs) end
+        if #popped / 2 < L.take then
+          drop[#drop + 1] = L.name  -- no more waiting jobs
+        elseif L.conc > 0 and L.run + #leased >= L.conc then
+          drop[#drop + 1] = L.name
+          redis.call('SADD', k_full, L.name)
+        else
+          passes[#passes + 1] = string.format('%.17g', L.pass)
+          passes[#passes + 1] = L.name
+        end
+      end
+    end
+    if #drop > 0 then redis.call('ZREM', k_ring, unpack(drop)) end
+    if #passes > 0 then redis.call('ZADD', k_ring, 'XX', unpack(passes)) end
+    if picks == 0 and #drop == 0 then break end
+  end
+  redis.call('HSET', k_meta, 'vtime', string.format('%.17g', vtime))
+  if served < want then
+    local soonest = redis.call('ZRANGE', k_later, 0, 0, 'WITHSCORES')
+    if #soonest > 0 then out[3] = math.max(1, tonumber(soonest[2]) - now) end
+  end
+end
+
+if q_most > 0 then log_claims(prefix .. 'rate', q_per, logged) end
 if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
-if request ~= '' and #out > 2 then
+if request ~= '' and #out > 3 then
   redis.call('SET', k_reply, cjson.encode(out), 'PX', math.min(lease_ms, 60000))
 end
 return finish(out)

@@ -1,7 +1,8 @@
 -- enqueue: (new) -> pending | schedule
 --
 -- Admits one or many jobs in one indivisible step. A job with delay_ms > 0 goes to schedule
--- (score = run-at ms, server clock), the others to pending (score = priority). Safety belt:
+-- (score = run-at ms, server clock), the others to their lane's waiting set (score =
+-- priority; the default lane's is pending) and their lane into the ring. Safety belt:
 -- every id and dedup key is checked before the first write, so a conflict anywhere in the
 -- batch writes nothing; an id that already exists with the same name and payload is the
 -- idempotent retry of a lost reply and is reported as a duplicate, never written twice.
@@ -10,23 +11,27 @@
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
 -- KEYS[3] events     STREAM  lifecycle events
 -- KEYS[4] wake       LIST    wake-up tokens for parked workers
+-- KEYS[5] meta       HASH    queue flags (lanes: lane mode, turned on by the first lane job)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
--- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup)*  one group per job;
---           delay_ms in ms; dedup is '' for none
+-- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane)*  one group per
+--           job; delay_ms in ms; dedup is '' for none; lane is '' for the default lane
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
--- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
+-- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
+--   lane:default:active SET (when lane mode turns on), events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
 local k_wake = KEYS[4]
+local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
-local GROUP = 7
+local GROUP = 8
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local now = server_ms()
 
@@ -68,20 +73,22 @@ end
 
 -- pass 2: write
 local out = {}
-local waiting = {}  -- score, member pairs for one ZADD (at most 1,000 jobs per call)
+local waiting = {}  -- lane -> score, member pairs for one ZADD (at most 1,000 jobs per call)
+local lanes = {}  -- the lanes in the order they first appear
 local ready = 0
 for n, id in ipairs(targets) do
   local i = 3 + (n - 1) * GROUP
   if created[n] == 1 then
     local name, payload = ARGV[i + 1], ARGV[i + 2]
     local priority, max_attempts = tonumber(ARGV[i + 3]), ARGV[i + 4]
-    local delay, dedup = tonumber(ARGV[i + 5]), ARGV[i + 6]
+    local delay, dedup, lane = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
     local row = prefix .. 'job:' .. id
     local state = 'pending'
     if delay > 0 then state = 'scheduled' end
     redis.call('HSET', row, 'name', name, 'payload', payload, 'state', state,
       'attempts', 0, 'stalled', 0, 'token', 0, 'priority', priority,
       'max_attempts', max_attempts, 'created_at', now)
+    if lane ~= '' then redis.call('HSET', row, 'lane', lane) end
     if dedup ~= '' then
       redis.call('HSET', row, 'dedup', dedup)
       redis.call('SET', prefix .. 'de:' .. dedup, id)
@@ -90,8 +97,14 @@ for n, id in ipairs(targets) do
       redis.call('ZADD', k_schedule, now + delay, id)
     else
       ready = ready + 1
-      waiting[2 * ready - 1] = priority
-      waiting[2 * ready] = id
+      local set = waiting[lane]
+      if not set then
+        set = {}
+        waiting[lane] = set
+        lanes[#lanes + 1] = lane
+      end
+      set[#set + 1] = priority
+      set[#set + 1] = id
     end
     emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
   end
@@ -99,8 +112,16 @@ for n, id in ipairs(targets) do
   out[#out + 1] = created[n]
 end
 
-if ready > 0 then
-  redis.call('ZADD', k_pending, unpack(waiting))
-  wake(k_wake, ready)
+for _, lane in ipairs(lanes) do
+  local set = waiting[lane]
+  if lane == '' and not lane_mode then
+    redis.call('ZADD', k_pending, unpack(set))
+  else
+    if lane == '' then lane = DEFAULT_LANE end
+    if not lane_mode then lanes_on(k_pending) end
+    redis.call('ZADD', lane_pending_key(k_pending, lane), unpack(set))
+    lane_ready[lane] = true
+  end
 end
+wake(k_wake, ready)
 return finish(out)

@@ -11,6 +11,7 @@
 -- KEYS[3] dead       ZSET    dead jobs, score = ms of death
 -- KEYS[4] metrics    HASH    counters (failed, dead)
 -- KEYS[5] events     STREAM  lifecycle events
+-- KEYS[6] meta       HASH    queue flags (lanes, vtime, concurrency)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3..] (id, token, error, retry, base_ms, cap_ms, factor, draw)*  one group per job;
@@ -19,16 +20,19 @@
 -- Returns: array, per job: 'scheduled' | 'dead' | 'lost' (a lease_lost event is appended) |
 --   'gone' (no row: completed or removed)
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: job:<id> HASH, lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
+--   events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_schedule = KEYS[2]
 local k_dead = KEYS[3]
 local k_metrics = KEYS[4]
 local k_events = KEYS[5]
+local k_meta = KEYS[6]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local out = {}
@@ -39,11 +43,12 @@ for i = 3, #ARGV, 8 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
-    'stalled')
+    'stalled', 'lane')
   if not f[1] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
+    lane_release(f[7], id)
     redis.call('HINCRBY', k_metrics, 'failed', 1)
     local attempts = tonumber(f[2])
     if retry == '1' and attempts < tonumber(f[3]) then

@@ -1,8 +1,9 @@
 -- obliterate: every location -> (queue deleted)
 --
--- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets;
--- the call that finds them all empty also deletes events (with the archive's watermark and
--- lease), meta, metrics, stalled-check and wake. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
+-- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets
+-- (every lane's waiting set included); the call that finds them all empty also deletes
+-- events (with the archive's watermark and lease), meta (limits, lane mode), metrics,
+-- stalled-check, wake, the claim logs and every lane's keys. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
 -- with its row and dedup key; the caller repeats until done = 1.
 --
 -- KEYS[1] pending        ZSET    waiting jobs
@@ -20,7 +21,9 @@
 -- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain}
 -- Errors: EMQSTATE when jobs are leased and force = 0
 -- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING and events:archiver STRING
---   (deleted with the queue, so a reused name starts with trimming scripts and no archiver)
+--   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
+--   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
+--   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -34,18 +37,29 @@ local prefix = ARGV[1]
 local limit = tonumber(ARGV[2])
 local force = ARGV[3]
 
+use_lanes(prefix, k_meta)
+
 if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
   return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
 end
 local removed = 0
-for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
+local sets = {k_pending, k_active, k_schedule, k_dead}
+local lanes = {}
+if lane_mode then
+  lanes = known_lanes()
+  for i = 2, #lanes do sets[#sets + 1] = lane_pending_key(k_pending, lanes[i]) end
+end
+for _, set in ipairs(sets) do
   if removed < limit then
     local ids = redis.call('ZRANGE', set, 0, limit - removed - 1)
     for _, id in ipairs(ids) do
       local row = prefix .. 'job:' .. id
-      local dedup = redis.call('HGET', row, 'dedup')
-      if dedup and redis.call('GET', prefix .. 'de:' .. dedup) == id then
-        redis.call('DEL', prefix .. 'de:' .. dedup)
+      local f = redis.call('HMGET', row, 'dedup', 'lane')
+      if f[1] and redis.call('GET', prefix .. 'de:' .. f[1]) == id then
+        redis.call('DEL', prefix .. 'de:' .. f[1])
+      end
+      if set == k_active and lane_mode then
+        redis.call('SREM', lane_key(f[2] or DEFAULT_LANE, 'active'), id)
       end
       redis.call('DEL', row)
       redis.call('ZREM', set, id)
@@ -54,10 +68,14 @@ for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
   end
 end
 local left = 0
-for _, set in ipairs({k_pending, k_active, k_schedule, k_dead}) do
+for _, set in ipairs(sets) do
   left = left + redis.call('ZCARD', set)
 end
 if left > 0 then return {removed, 0} end
+for _, lane in ipairs(lanes) do
+  redis.call('DEL', lane_key(lane, 'active'), lane_key(lane, 'rate'))
+end
 redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
-  k_events .. ':archived', k_events .. ':archiver')
+  k_events .. ':archived', k_events .. ':archiver', prefix .. 'rate', prefix .. 'lanes:ring',
+  prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf')
 return {removed, 1}

@@ -2,30 +2,35 @@
 --
 -- Moves jobs whose run-at time has come (score <= now, server clock) to pending, at most
 -- limit per call. claim also promotes before it pops; this script serves the maintenance
--- beat so that due jobs wake parked workers. Safety belt: ZREM and ZADD are in this one step.
+-- beat so that due jobs wake parked workers. Safety belt: ZREM and ZADD are in this one step;
+-- each job goes to its own lane.
 --
 -- KEYS[1] schedule   ZSET    delayed jobs, score = run-at ms
 -- KEYS[2] pending    ZSET    waiting jobs, score = priority
 -- KEYS[3] events     STREAM  lifecycle events
 -- KEYS[4] wake       LIST    wake-up tokens for parked workers
 -- KEYS[5] metrics    HASH    counters (missing)
+-- KEYS[6] meta       HASH    queue flags (lanes, vtime)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] limit      integer most jobs to move, 1..10000
 -- Returns: array of the promoted ids (an id found without its row is dropped from schedule,
 --          counted in metrics 'missing' and a 'missing' event appended)
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING
+--   (read only)
 local k_schedule = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]
 local k_wake = KEYS[4]
 local k_metrics = KEYS[5]
+local k_meta = KEYS[6]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local out = {}
@@ -34,9 +39,9 @@ local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, lim
 for _, id in ipairs(due) do
   local row = prefix .. 'job:' .. id
   redis.call('ZREM', k_schedule, id)
-  local priority = redis.call('HGET', row, 'priority')
-  if priority then
-    redis.call('ZADD', k_pending, priority, id)
+  local f = redis.call('HMGET', row, 'priority', 'lane')
+  if f[1] then
+    to_pending(k_pending, id, f[1], f[2])
     redis.call('HSET', row, 'state', 'pending')
     out[#out + 1] = id
     emit('event', 'promoted', 'job', id)

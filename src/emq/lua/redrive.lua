@@ -3,12 +3,14 @@
 -- Gives dead jobs a fresh start: by id, or the oldest `all_limit` dead jobs when no ids are
 -- given. attempts and stalled are reset to 0 unless keep_counters = 1 (the token is never
 -- reset, so a stale worker's old token can not match a later lease). Safety belt: an id not
--- in dead at this instant is skipped, so a concurrent redrive or remove moves nothing twice.
+-- in dead at this instant is skipped, so a concurrent redrive or remove moves nothing twice;
+-- each job goes back to its own lane.
 --
 -- KEYS[1] dead           ZSET    dead jobs, score = ms of death
 -- KEYS[2] pending        ZSET    waiting jobs, score = priority
 -- KEYS[3] events         STREAM  lifecycle events
 -- KEYS[4] wake           LIST    wake-up tokens for parked workers
+-- KEYS[5] meta           HASH    queue flags (lanes, vtime)
 -- ARGV[1] prefix         string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen         integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] keep_counters  integer 1 = keep attempts and stalled, 0 = reset them
@@ -16,17 +18,20 @@
 -- ARGV[5..] (id)*        the jobs to redrive
 -- Returns: array of the redriven ids
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING
+--   (read only)
 local k_dead = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]
 local k_wake = KEYS[4]
+local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local keep_counters = ARGV[3]
 local all_limit = tonumber(ARGV[4])
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local ids = {}
 if all_limit > 0 then
@@ -38,12 +43,12 @@ local out = {}
 for _, id in ipairs(ids) do
   local row = prefix .. 'job:' .. id
   if redis.call('ZREM', k_dead, id) == 1 then
-    local priority = redis.call('HGET', row, 'priority')
-    if priority then
+    local f = redis.call('HMGET', row, 'priority', 'lane')
+    if f[1] then
       if keep_counters ~= '1' then redis.call('HSET', row, 'attempts', 0, 'stalled', 0) end
       redis.call('HSET', row, 'state', 'pending')
       redis.call('HDEL', row, 'died_at')
-      redis.call('ZADD', k_pending, priority, id)
+      to_pending(k_pending, id, f[1], f[2])
       out[#out + 1] = id
       emit('event', 'redriven', 'job', id, 'attempts', redis.call('HGET', row, 'attempts'))
     end

@@ -1,39 +1,47 @@
 -- remove: pending | active | schedule | dead -> (removed: row deleted)
 --
 -- Deletes one job wherever it is. A worker holding its lease gets LeaseLost on its next
--- extend or complete. Safety belt: the id leaves every location set and its row and dedup
--- key in this one step.
+-- extend or complete. Safety belt: the id leaves every location set (its lane's waiting set
+-- and, if leased, its lane's active set, freeing the slot) and its row and dedup key in this
+-- one step.
 --
 -- KEYS[1] pending    ZSET    waiting jobs
 -- KEYS[2] active     ZSET    leased jobs
 -- KEYS[3] schedule   ZSET    delayed jobs
 -- KEYS[4] dead       ZSET    dead jobs
 -- KEYS[5] events     STREAM  lifecycle events
+-- KEYS[6] meta       HASH    queue flags (lanes, vtime, concurrency)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] id         string  the job to remove
 -- Returns: the location it was removed from: 'pending' | 'active' | 'schedule' | 'dead'
 -- Errors: EMQNOJOB <id> when no row exists
--- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING (read only)
+-- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lane:<L>:active SET,
+--   lanes:full SET, lanes:ring ZSET, wake LIST, events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
 local k_dead = KEYS[4]
 local k_events = KEYS[5]
+local k_meta = KEYS[6]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local id = ARGV[3]
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local row = prefix .. 'job:' .. id
-local f = redis.call('HMGET', row, 'attempts', 'dedup')
+local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane')
 if not f[1] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
 local where = ''
-local sets = {pending = k_pending, active = k_active, schedule = k_schedule, dead = k_dead}
+local lane = f[3] or DEFAULT_LANE
+local sets = {pending = lane_pending_key(k_pending, lane), active = k_active,
+  schedule = k_schedule, dead = k_dead}
 for _, name in ipairs({'pending', 'active', 'schedule', 'dead'}) do
   if redis.call('ZREM', sets[name], id) == 1 then where = name end
 end
+if where == 'active' then lane_release(f[3], id) end
 if f[2] and redis.call('GET', prefix .. 'de:' .. f[2]) == id then
   redis.call('DEL', prefix .. 'de:' .. f[2])
 end

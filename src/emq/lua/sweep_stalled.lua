@@ -5,7 +5,10 @@
 -- job already gone from active. Safety belt: each expired id is removed from active and
 -- added to exactly one of pending or dead before any other command runs; stalled is bumped
 -- with HINCRBY on the value this script reads, never by a client; attempts is not touched;
--- an id whose row is gone is dropped from active and skipped (no ghost row is created).
+-- an id whose row is gone is dropped from active and skipped (no ghost row is created). A
+-- recovered job goes back to its own lane and frees its lane's slot in the same step; when a
+-- row was missing (its lane unknown), every lane parked at its concurrency limit goes back to
+-- the ring, so the next claim recounts it against active (a slot can not leak).
 --
 -- KEYS[1] active       ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] pending      ZSET    waiting jobs, score = priority
@@ -13,6 +16,7 @@
 -- KEYS[4] metrics      HASH    counters (recovered, dead)
 -- KEYS[5] events       STREAM  lifecycle events
 -- KEYS[6] wake         LIST    wake-up tokens for parked workers
+-- KEYS[7] meta         HASH    queue flags (lanes, vtime, concurrency)
 -- ARGV[1] prefix       string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen       integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] max_stalled  integer stall count at which a job is dead-lettered; 0 = never
@@ -20,19 +24,22 @@
 -- Returns: three arrays: {recovered ids}, {dead ids}, {missing ids: found without their row,
 --          dropped from active, counted in metrics 'missing', a 'missing' event each}
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
+--   lanes:full SET, events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_dead = KEYS[3]
 local k_metrics = KEYS[4]
 local k_events = KEYS[5]
 local k_wake = KEYS[6]
+local k_meta = KEYS[7]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local max_stalled = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 
 use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local recovered, dead, missing = {}, {}, {}
@@ -40,8 +47,9 @@ local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, l
 for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'attempts', 'priority')
+  local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane')
   if f[1] then
+    lane_release(f[3], id)
     local stalled = redis.call('HINCRBY', row, 'stalled', 1)
     if max_stalled > 0 and stalled >= max_stalled then
       redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'died_at', now)
@@ -52,7 +60,7 @@ for _, id in ipairs(expired) do
         'stalled', stalled, 'name', story[1], 'payload', story[2])
     else
       redis.call('HSET', row, 'state', 'pending')
-      redis.call('ZADD', k_pending, f[2], id)
+      to_pending(k_pending, id, f[2], f[3])
       recovered[#recovered + 1] = id
       emit('event', 'stalled', 'job', id, 'attempts', f[1], 'stalled', stalled)
     end
@@ -61,7 +69,14 @@ for _, id in ipairs(expired) do
     emit('event', 'missing', 'job', id, 'from', 'active')
   end
 end
-if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
+if #missing > 0 then
+  redis.call('HINCRBY', k_metrics, 'missing', #missing)
+  if lane_mode then
+    for _, lane in ipairs(redis.call('SMEMBERS', prefix .. 'lanes:full')) do
+      lane_freed[lane] = true
+    end
+  end
+end
 if #recovered > 0 then
   redis.call('HINCRBY', k_metrics, 'recovered', #recovered)
   wake(k_wake, #recovered)
