@@ -37,8 +37,6 @@ AOF = QueueOptions(durability="aof")
 SHIM = Path(__file__).with_name("powercut.c")
 
 
-
-
 def has_waitaof(client: redis.Redis) -> bool:
     info: dict[str, Any] = client.info("server")
     if "valkey_version" in info:

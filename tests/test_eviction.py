@@ -15,8 +15,6 @@ from emq.server import EmbeddedServer
 EVICTING = ["allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"]
 
 
-
-
 def _user_url(url: str, user: str) -> str:
     host = url.split("@")[-1].split("://")[-1]
     return f"redis://{user}:pw-{user}@{host}"

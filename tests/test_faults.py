@@ -32,9 +32,6 @@ from .helpers import assert_consistent, expire_leases, until, where
 HANG = 90.0  # bounds a hang only; a busy machine may be many times slower than an idle one
 
 
-
-
-
 def events(records: list[logging.LogRecord], name: str) -> list[dict[str, Any]]:
     out = []
     for r in records:

@@ -29,8 +29,9 @@ SAMPLES = {
     "remove": core.remove(ID),
     "pause": core.pause(),
     "resume": core.resume("tenant-1"),
-    "set_limits": core.set_limits(concurrency=5, rate=(50, 1000), lane=None,
-                                  lane_concurrency=2, lane_rate=None, weight=None),
+    "set_limits": core.set_limits(
+        concurrency=5, rate=(50, 1000), lane=None, lane_concurrency=2, lane_rate=None, weight=None
+    ),
     "lanes": core.lanes(),
     "drain": core.drain(10),
     "obliterate": core.obliterate(10, False),

@@ -217,7 +217,6 @@ def q(acl: AclServer, qname: str) -> Iterator[Queue]:
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 
 
-
 @pytest.mark.timeout(60)
 async def test_producer_enqueues_under_its_acl(acl: AclServer, q: Queue, qname: str) -> None:
     url = acl.user("emq-producer", qname)
@@ -469,8 +468,6 @@ async def test_a_worker_missing_a_permission_logs_the_command_and_goes_on_once_g
         await asyncio.wait([task], timeout=15)
     assert w.stats.completed == 1 and q.counts()["completed"] == 1
     assert any("'zpopmin'" in text for text in refused()), refused()
-
-
 
 
 @pytest.mark.timeout(60)

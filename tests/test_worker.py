@@ -35,7 +35,6 @@ FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 HANG = 60.0
 
 
-
 async def stop(w: Worker, task: asyncio.Task[None], timeout: float = HANG) -> None:
     w.stop()
     await asyncio.wait_for(task, timeout)

@@ -30,7 +30,6 @@ FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 HANG = 60.0  # every wait polls for a condition: this only bounds a hang, never a speed
 
 
-
 def server_ms(client: redis.Redis) -> int:
     sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000

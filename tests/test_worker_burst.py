@@ -19,7 +19,7 @@ from emq import JobContext, Queue, Worker, WorkerOptions
 
 ROOT = Path(__file__).parent.parent
 CLI = "from emq.cli.main import main; main()"
-TASKS = '''
+TASKS = """
 import atexit, sys, threading, time
 from emq import Worker
 
@@ -34,7 +34,7 @@ def hang(payload, ctx):
 @worker.handler("ok")
 def ok(payload):
     return None
-'''
+"""
 
 
 @pytest.mark.slow
@@ -96,7 +96,7 @@ def test_cli_burst_exits_runs_atexit_and_logs_only_json(
     assert queue.counts()["completed"] == 4
 
 
-BROKEN = '''
+BROKEN = """
 from emq import Worker
 from emq.worker.maintenance import Maintenance
 
@@ -109,7 +109,7 @@ worker = Worker("{queue}", url="{url}")
 @worker.handler("ok")
 def ok(payload):
     return None
-'''
+"""
 
 
 @pytest.mark.timeout(120)

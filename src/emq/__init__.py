@@ -30,6 +30,7 @@ from .errors import (
     WrongState,
 )
 from .events import Event
+from .lanes import Lane, Limits, RateLimited
 from .queue import Queue
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import JobState, Location
@@ -58,11 +59,14 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "JobState",
+    "Lane",
     "LeaseLost",
+    "Limits",
     "Location",
     "Permanent",
     "Queue",
     "QueueOptions",
+    "RateLimited",
     "ScriptError",
     "ServerError",
     "ServerOutOfMemory",

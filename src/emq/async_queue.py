@@ -17,7 +17,7 @@ import redis.asyncio
 
 from . import durability, scripts
 from .async_reads import AsyncReads
-from .calls import Call, node_lease
+from .calls import Call, Hold, node_lease
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
@@ -262,7 +262,10 @@ class AsyncQueue(AsyncReads, ShellBase):
         expect(where, job_id, "delay")
         return str(where)
 
-    async def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
+    async def delay_many(self, items: Iterable[tuple[str, int, int] | Hold]) -> list[Answer]:
+        """Give many leases back in one step; an item ``(id, token, delay_ms, hold_ms, lane)``
+        also holds ``lane`` (``"*"``: the queue) for ``hold_ms``, as a handler's
+        :class:`~emq.RateLimited` does."""
         return await self._run(self.core.delay(items))
 
     async def promote(self, limit: int = 1000) -> list[str]:

@@ -20,7 +20,7 @@ import redis
 
 from . import durability, scripts
 from .reads import Reads
-from .calls import Call, node_lease
+from .calls import Call, Hold, node_lease
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
@@ -265,7 +265,10 @@ class Queue(Reads, ShellBase):
         expect(where, job_id, "delay")
         return str(where)
 
-    def delay_many(self, items: Iterable[tuple[str, int, int]]) -> list[Answer]:
+    def delay_many(self, items: Iterable[tuple[str, int, int] | Hold]) -> list[Answer]:
+        """Give many leases back in one step; an item ``(id, token, delay_ms, hold_ms, lane)``
+        also holds ``lane`` (``"*"``: the queue) for ``hold_ms``, as a handler's
+        :class:`~emq.RateLimited` does."""
         return self._run(self.core.delay(items))
 
     def promote(self, limit: int = 1000) -> list[str]:

@@ -99,17 +99,17 @@ class AckBuffer:
                 return
 
     async def flush(self, batch: list[Ack]) -> None:
-        groups: dict[tuple[AsyncQueue, bool], list[Ack]] = {}
+        groups: dict[tuple[AsyncQueue, str], list[Ack]] = {}
         for ack in batch:
-            key = (ack.queue, ack.outcome.kind == "complete")
+            key = (ack.queue, ack.outcome.kind)
             group = groups.get(key)
             if group is None:
                 groups[key] = [ack]
             else:
                 group.append(ack)
-        for (_, complete), acks in groups.items():
+        for (_, kind), acks in groups.items():
             for start in range(0, len(acks), CHUNK):
-                await self._send("complete" if complete else "fail", acks[start : start + CHUNK])
+                await self._send(kind, acks[start : start + CHUNK])
 
     async def _retry(self, where: str, send: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Re-send until it lands (an ack is never dropped for a server error)."""
@@ -122,6 +122,11 @@ class AckBuffer:
         if kind == "complete":
             pairs = [(a.lease.id, a.lease.token) for a in acks]
             answers, retried = await self._retry("complete", lambda: q.complete_many(pairs))
+        elif kind == "hold":  # RateLimited: back to pending, no attempt spent, the lane held
+            holds = [
+                (a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks
+            ]
+            answers, retried = await self._retry("hold", lambda: q.delay_many(holds))
         else:
             items = [
                 (a.lease.id, a.lease.token, a.outcome.error, a.outcome.retry, a.outcome.backoff)
@@ -145,6 +150,8 @@ class AckBuffer:
             answer = Answer.COMPLETED
         elif kind == "fail" and token == str(lease.token) and state in ("scheduled", "dead"):
             answer = Answer.SCHEDULED if state == "scheduled" else Answer.DEAD
+        elif kind == "hold" and token == str(lease.token) and state == "pending":
+            answer = Answer.PENDING
         else:
             return Answer.LOST
         self.uncertain += 1

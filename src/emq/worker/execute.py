@@ -5,6 +5,8 @@ Rules (each one tested):
 
 - the handler returned: ``complete``;
 - it raised :class:`~emq.worker.Permanent`: ``fail`` with no retry (straight to ``dead``);
+- it raised :class:`~emq.RateLimited`: ``delay`` back to pending without spending an attempt,
+  holding its lane (or the lane named, or the whole queue) for ``retry_in_ms``, fleet-wide;
 - it raised anything else, or ran past its timeout: ``fail`` with a retry while the handler's
   ``max_attempts`` allows it (the row's own ``max_attempts`` is enforced by ``fail.lua``);
 - its lease was lost meanwhile: ``discard``; its result is never sent (G4);
@@ -36,6 +38,7 @@ from typing import Any, Literal
 
 from ..async_queue import AsyncQueue
 from ..config import Backoff
+from ..lanes import DEFAULT_LANE, RateLimited
 from ..records import Claimed
 from .context import JobContext
 from .heartbeat import Lease
@@ -46,11 +49,13 @@ ERROR_TAIL = 2_000
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: Literal["complete", "fail", "discard"]
+    kind: Literal["complete", "fail", "discard", "hold"]
     error: str = ""
     retry: bool = True
     backoff: Backoff | None = None
     why: str = ""  # "ok", "error", "permanent", "timeout", "shutdown", "lease_lost", "no_handler"
+    hold_ms: int = 0  # kind "hold": how long no claim serves ``hold``, a lane or "*" (the queue)
+    hold: str = ""
 
 
 COMPLETE = Outcome("complete", why="ok")
@@ -191,6 +196,9 @@ class Slots:
         )
 
     def from_exception(self, job: Held, exc: BaseException) -> Outcome:
+        if isinstance(exc, RateLimited):
+            lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
+            return Outcome("hold", str(exc), why="rate_limited", hold_ms=exc.retry_in_ms, hold=lane)
         if isinstance(exc, Permanent):
             return self.fail(job, describe(exc), "permanent", retry=False)
         return self.fail(job, describe(exc), "error")

@@ -47,6 +47,10 @@ class Report:
                       queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
         elif answer in (Answer.LOST, Answer.GONE):
             self.lost(lease, kind)
+        elif kind == "hold":
+            s.rate_limited += 1
+            event(self.log, "info", f"job rate limited: {error}", "rate_limited",
+                  queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
         else:
             s.dead += answer == Answer.DEAD
             s.retried += answer != Answer.DEAD

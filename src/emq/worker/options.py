@@ -151,6 +151,7 @@ class WorkerStats:
     lease_lost: int = 0
     timeouts: int = 0
     given_back: int = 0
+    rate_limited: int = 0  # handlers that raised RateLimited: given back, their lane held
     recovered: int = 0
     swept_dead: int = 0
     missing: int = 0  # ids found without their row (claim, sweep): dropped, logged, counted

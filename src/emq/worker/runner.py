@@ -102,6 +102,7 @@ class Runner:
         self.ahead = 0
         self.finished = 0  # handlers returned
         self._last_reply = 0.0  # loop time of the last claim reply
+        self._retry_in = 0  # ms until a limit of the last claim lifts (0: wait for a wake-up)
         self.max_ahead = AHEAD_FACTOR * o.concurrency
         self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
@@ -255,7 +256,7 @@ class Runner:
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
-            if got == 0 and self._burst_done(stuck=False):
+            if got == 0 and not self._retry_in and self._burst_done(stuck=False):
                 return
             await self._park()
 
@@ -286,6 +287,7 @@ class Runner:
 
     async def _claim(self, room: int) -> int | None:
         total, n = 0, len(self.queues)
+        self._retry_in = 0
         for i in range(n):
             q = self.queues[(self._rr + i) % n]
             want = min(room - total, 1000)
@@ -309,6 +311,8 @@ class Runner:
             self._last_reply = landed
             if jobs.missing:
                 self.report.missing(q.name, jobs.missing, "pending or schedule")
+            if jobs.retry_in_ms and len(jobs) < want:  # limited: nothing before then
+                self._retry_in = min(self._retry_in or jobs.retry_in_ms, jobs.retry_in_ms)
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
@@ -324,10 +328,11 @@ class Runner:
         self.start_ready()
 
     async def _park(self) -> None:
-        """Wait on the wake lists until a token arrives, ``poll_ms`` passes, the worker
-        stops, or (burst) a held job is released."""
+        """Wait on the wake lists until a token arrives, ``poll_ms`` passes (or the time the
+        last claim said a limit lifts), the worker stops, or (burst) a held job is released."""
         keys = [q.core.keys.wake for q in self.queues]
-        pop = asyncio.ensure_future(self.blocking.blpop(keys, timeout=self.options.poll_ms / 1000))
+        wait_ms = min(self.options.poll_ms, self._retry_in or self.options.poll_ms)
+        pop = asyncio.ensure_future(self.blocking.blpop(keys, timeout=wait_ms / 1000))
         self.room.clear()
         extra = [self.room.wait()] if self.options.burst else []
         await first(self.stop, pop, *extra)
