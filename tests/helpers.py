@@ -14,8 +14,14 @@ from emq.states import STATE_OF_LOCATION, Location
 
 
 def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    """Each location's ids; ``pending`` holds the waiting jobs of every lane."""
     k = QueueKeys.of(queue)
-    return {loc.value: set(client.zrange(k.location(loc.value), 0, -1)) for loc in Location}
+    out = {loc.value: set(client.zrange(k.location(loc.value), 0, -1)) for loc in Location}
+    for key in client.scan_iter(match=k.prefix + "lane:*:pending", count=1000):
+        lane_ids = set(client.zrange(key, 0, -1))
+        assert not lane_ids & out["pending"], f"{key} shares ids with another waiting set"
+        out["pending"] |= lane_ids
+    return out
 
 
 def where(client: redis.Redis, queue: str, job_id: str) -> list[str]:

@@ -145,6 +145,7 @@ class WorkerStats:
     ``Queue.counts()``)."""
 
     claimed: int = 0
+    claim_calls: int = 0  # claim scripts sent (a limited queue must not make this spin)
     completed: int = 0
     retried: int = 0
     dead: int = 0

@@ -302,6 +302,7 @@ class Runner:
             jobs, _ = await retry(self.outage, "claim", claim, stop=self.stop)
             if jobs is None:
                 return None
+            self.stats.claim_calls += 1
             landed = self.loop.time()
             if landed - sent < TUNE_MAX_RTT_S:  # not across an outage's backoff
                 consumed = self.finished - before
