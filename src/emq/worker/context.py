@@ -28,6 +28,7 @@ class JobContext:
 
     ``attempts`` counts this attempt (1 on the first run). ``stalled`` is how many times the
     job's lease has lapsed before. ``token`` is the lease token that fences finishing calls.
+    ``lane`` is the job's lane (None for the default lane).
     """
 
     __slots__ = (
@@ -37,6 +38,7 @@ class JobContext:
         "_why",
         "attempts",
         "id",
+        "lane",
         "name",
         "progress",
         "queue",
@@ -54,8 +56,10 @@ class JobContext:
         attempts: int,
         stalled: int,
         beat: Callable[[], None],
+        lane: str | None = None,
     ) -> None:
         self.queue = queue
+        self.lane = lane
         self.id = id
         self.name = name
         self.token = token

@@ -138,6 +138,7 @@ class Held(Lease):
                 attempts=c.attempts,
                 stalled=c.stalled,
                 beat=self._beat,
+                lane=c.lane,
             )
         return ctx
 
