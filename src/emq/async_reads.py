@@ -53,7 +53,7 @@ class AsyncReads:
                 p.hget(k.meta, "lanes")
                 *sizes, metrics, lane_mode = await p.execute()
         if lane_mode == "1":
-            _, lanes = await self._run(self.core.lanes())
+            _, lanes = await self._run(self.core.lanes(leased=False))
             sizes[0] = sum(lane.pending for lane in lanes)
         return decode_counts(sizes, metrics)
 
@@ -64,7 +64,7 @@ class AsyncReads:
 
     async def limits(self) -> Limits:
         """The queue's own limits and per-lane defaults, paused flag and holds."""
-        return cast(Limits, (await self._run(self.core.lanes()))[0])
+        return cast(Limits, (await self._run(self.core.lanes(leased=False)))[0])
 
     async def job(self, job_id: str) -> Job | None:
         """A snapshot of the job's row, or None if it has none (completed, removed)."""
@@ -104,7 +104,7 @@ class AsyncReads:
         if lane is not None:
             names = [lane]
         elif await self.client.hget(k.meta, "lanes") == "1":
-            names = [x.name for x in await self.lanes()]
+            names = [x.name for x in (await self._run(self.core.lanes(leased=False)))[1]]
         else:
             names = [DEFAULT_LANE]
         async with self.client.pipeline(transaction=True) as p:

@@ -279,9 +279,11 @@ class QueueCore:
         args: list[Arg] = [k.prefix, self._maxlen, *limits_args(**limits)]
         return Call("set_limits", [k.meta, k.events, k.wake], args, lambda r: r == 1)
 
-    def lanes(self) -> Call[tuple[Limits, list[Lane]]]:
-        """Read the queue's limits and its lanes at one instant."""
-        return Call("lanes", lanes_keys(self.keys), [self.keys.prefix], decode_lanes)
+    def lanes(self, leased: bool = True) -> Call[tuple[Limits, list[Lane]]]:
+        """Read the queue's limits and its lanes at one instant; ``leased=False`` skips the
+        lanes that only have leased jobs (no read of every leased job's row)."""
+        args: list[Arg] = [self.keys.prefix, 1 if leased else 0]
+        return Call("lanes", lanes_keys(self.keys), args, decode_lanes)
 
     def drain(self, limit: int) -> Call[int]:
         check_int("limit", limit, 1, MAX_CHUNK)

@@ -56,7 +56,7 @@ class Reads:
                 p.hget(k.meta, "lanes")
                 *sizes, metrics, lane_mode = p.execute()
         if lane_mode == "1":
-            _, lanes = self._run(self.core.lanes())
+            _, lanes = self._run(self.core.lanes(leased=False))
             sizes[0] = sum(lane.pending for lane in lanes)
         return decode_counts(sizes, metrics)
 
@@ -67,7 +67,7 @@ class Reads:
 
     def limits(self) -> Limits:
         """The queue's own limits and per-lane defaults, paused flag and holds."""
-        return cast(Limits, (self._run(self.core.lanes()))[0])
+        return cast(Limits, (self._run(self.core.lanes(leased=False)))[0])
 
     def job(self, job_id: str) -> Job | None:
         """A snapshot of the job's row, or None if it has none (completed, removed)."""
@@ -107,7 +107,7 @@ class Reads:
         if lane is not None:
             names = [lane]
         elif self.client.hget(k.meta, "lanes") == "1":
-            names = [x.name for x in self.lanes()]
+            names = [x.name for x in (self._run(self.core.lanes(leased=False)))[1]]
         else:
             names = [DEFAULT_LANE]
         with self.client.pipeline(transaction=True) as p:

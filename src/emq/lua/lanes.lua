@@ -7,6 +7,8 @@
 -- KEYS[2] active     ZSET    leased jobs
 -- KEYS[3] meta       HASH    queue flags and limits
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] leased     integer 1 = also find lanes that only have leased jobs (reads the row of
+--                            every leased job); 0 = lanes with waiting jobs or settings only
 -- Returns: {now ms, lane mode 0|1, paused 0|1, concurrency, rate 'max:per' or '',
 --          lane_concurrency, lane_rate, held_until ms, leased jobs, limited_until ms (the
 --          queue's next rate slot when it was last limited)}, then per lane: name, waiting, leased, settings 'weight concurrency
@@ -19,6 +21,7 @@ local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_meta = KEYS[3]
 local prefix = ARGV[1]
+local leased = ARGV[2]
 
 local m = use_lanes(prefix, k_meta, 'paused', 'rate', 'lane_concurrency', 'lane_rate',
   'held_until', 'limited_until')
@@ -34,7 +37,9 @@ if not lane_mode then
 end
 local names, seen = known_lanes(), {}
 for _, lane in ipairs(names) do seen[lane] = true end
-for _, id in ipairs(redis.call('ZRANGE', k_active, 0, -1)) do
+local active = {}
+if leased == '1' then active = redis.call('ZRANGE', k_active, 0, -1) end
+for _, id in ipairs(active) do
   local lane = redis.call('HGET', prefix .. 'job:' .. id, 'lane') or DEFAULT_LANE
   if not seen[lane] then
     seen[lane] = true
@@ -44,10 +49,10 @@ end
 local p = prefix .. 'lanes:'
 for _, lane in ipairs(names) do
   local waiting = redis.call('ZCARD', lane_pending_key(k_pending, lane))
-  local leased = redis.call('SCARD', lane_key(lane, 'active'))
+  local running = redis.call('SCARD', lane_key(lane, 'active'))
   local conf = redis.call('HGET', p .. 'conf', lane)
-  if waiting > 0 or leased > 0 or conf then
-    local row = {lane, waiting, leased, conf or '', redis.call('ZSCORE', p .. 'later', lane) or '',
+  if waiting > 0 or running > 0 or conf then
+    local row = {lane, waiting, running, conf or '', redis.call('ZSCORE', p .. 'later', lane) or '',
       redis.call('SISMEMBER', p .. 'full', lane), redis.call('ZSCORE', p .. 'ring', lane) or ''}
     for _, v in ipairs(row) do out[#out + 1] = v end
   end
