@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import archive_cmds, demo, queue_cmds, race, server_cmds, worker_cmd
+from . import archive_cmds, demo, lanes_cmds, queue_cmds, race, server_cmds, worker_cmd
 from .common import EmqGroup
 
 
@@ -17,6 +17,7 @@ def cli() -> None:
 
 server_cmds.register(cli)
 queue_cmds.register(cli)
+lanes_cmds.register(cli)
 demo.register(cli)
 archive_cmds.register(cli)
 worker_cmd.register(cli)

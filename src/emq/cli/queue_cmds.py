@@ -29,6 +29,7 @@ from .common import (
     table,
     url_option,
 )
+from .lanes_cmds import stats_limits
 
 _QUEUE_OF_KEY = re.compile(r"^emq:\{([A-Za-z0-9._-]+)\}:")
 # `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
@@ -128,7 +129,8 @@ def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bo
 @url_option
 @json_option
 def stats(queue: str | None, url: str | None, as_json: bool) -> None:
-    """Counts per location for QUEUE, or for every queue on the server."""
+    """Counts per location for QUEUE, or for every queue on the server, and the limits of
+    each queue that has any (docs/lanes.md)."""
     resolved = resolve_url(url)
     if queue:
         names = [queue]
@@ -142,10 +144,14 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
             }
         )
         client.close()
-    result: dict[str, dict[str, int]] = {}
+    result: dict[str, dict[str, Any]] = {}
+    notes: dict[str, str] = {}  # the limits line of each queue that has one
     for name in names:
         with open_queue(resolved, name) as q:
-            result[name] = q.counts()
+            limits, note = stats_limits(q)
+            result[name] = {**q.counts(), "limits": limits}
+        if note:
+            notes[name] = note
     if as_json:
         emit_json(result[queue] if queue else result)
         return
@@ -156,6 +162,8 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
     for name, counts in result.items():
         row(t, name, *(counts[c] for c in cols))
     show(t)
+    for name, note in notes.items():
+        say(name, " limits: ", note)
 
 
 @click.command()
@@ -242,15 +250,17 @@ def dead(
 def _flag_command(name: str, doc: str) -> click.Command:
     @click.command(name=name, help=doc)
     @click.argument("queue")
+    @click.option("--lane", default=None, metavar="L", help=f"{name.title()} only this lane.")
     @url_option
     @json_option
-    def command(queue: str, url: str | None, as_json: bool) -> None:
+    def command(queue: str, lane: str | None, url: str | None, as_json: bool) -> None:
         with open_queue(url, queue) as q:
-            changed = q.pause() if name == "pause" else q.resume()
+            changed = q.pause(lane) if name == "pause" else q.resume(lane)
         if as_json:
-            emit_json({"queue": queue, "paused": name == "pause", "changed": changed})
+            emit_json({"queue": queue, "lane": lane, "paused": name == "pause", "changed": changed})
         else:
-            say(f"{queue}: {name}d", "" if changed else f" (was already {name}d)")
+            target = queue if lane is None else f"{queue} lane {lane}"
+            say(f"{target}: {name}d", "" if changed else f" (was already {name}d)")
 
     return command
 
@@ -272,5 +282,7 @@ def drain(queue: str, url: str | None, as_json: bool) -> None:
 def register(group: click.Group) -> None:
     for command in (enqueue, sweep, stats, jobs, job, dead, drain):
         group.add_command(command)
-    group.add_command(_flag_command("pause", "Stop claims on QUEUE (checked inside the claim)."))
-    group.add_command(_flag_command("resume", "Let claims on QUEUE go on."))
+    group.add_command(
+        _flag_command("pause", "Stop claims on QUEUE, or of one --lane (checked inside the claim).")
+    )
+    group.add_command(_flag_command("resume", "Let claims on QUEUE (or of one --lane) go on."))
