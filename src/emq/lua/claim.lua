@@ -3,8 +3,8 @@
 -- Leases up to count jobs under one reading of the server clock. Due scheduled jobs are
 -- promoted first, so a retry's backoff ends on time without a separate beat. Safety belt:
 -- the pause flag and every limit are read here, inside the same step as the pop (a paused or
--- limited queue returns no jobs, not an error); attempts is bumped with HINCRBY and the token
--- derived here, never written by a client; the lease deadline is now + lease_ms on the server
+-- limited queue returns no jobs, not an error); attempts is bumped and the token derived
+-- here, in this step, never written by a client; the lease deadline is now + lease_ms on the server
 -- clock. A call carrying a request id stores its reply for lease_ms (at most 60 s): a resend
 -- of the same call (a retry after a lost reply) gets the same jobs back instead of leasing
 -- more and stranding the first ones.
@@ -139,17 +139,17 @@ local logged = {}  -- 'id:token' of each lease, for the queue's rate log
 -- lease one popped id of lane (its row read here); false if the row is missing
 local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload')
+  local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts')
   if not f[3] then
     missing[#missing + 1] = id
     emit('event', 'missing', 'job', id, 'from', from)
     return false
   end
-  local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+  local attempts = tonumber(f[5] or '0') + 1  -- read and written in this one step
   -- the token carries the server clock, so it is larger than any token issued before for
   -- this job, even one the server issued and then lost with a rollback of its data
   local token = string.format('%.0f', math.max(tonumber(f[1] or '0') + 1, now_us))
-  redis.call('HSET', row, 'state', 'active', 'token', token)
+  redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
   redis.call('ZADD', k_active, deadline, id)
   local n = #out
   out[n + 1] = id

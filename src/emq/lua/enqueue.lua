@@ -85,14 +85,17 @@ for n, id in ipairs(targets) do
     local row = prefix .. 'job:' .. id
     local state = 'pending'
     if delay > 0 then state = 'scheduled' end
-    redis.call('HSET', row, 'name', name, 'payload', payload, 'state', state,
-      'attempts', 0, 'stalled', 0, 'token', 0, 'priority', priority,
-      'max_attempts', max_attempts, 'created_at', now)
-    if lane ~= '' then redis.call('HSET', row, 'lane', lane) end
+    local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
+      'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
+      'created_at', now}
+    if lane ~= '' then
+      fields[#fields + 1], fields[#fields + 2] = 'lane', lane
+    end
     if dedup ~= '' then
-      redis.call('HSET', row, 'dedup', dedup)
+      fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)
     end
+    redis.call('HSET', row, unpack(fields))
     if delay > 0 then
       redis.call('ZADD', k_schedule, now + delay, id)
     else
