@@ -18,7 +18,8 @@
 --                       active set, and the default lane joins the ring if it has work
 -- to_pending(k_pending, id, priority, lane)  puts a job into its lane's waiting set (and
 --                       its lane into the ring, at finish); lane is the row's field or false
--- lane_release(lane, id)  a leased job of lane leaves active: its slot is free at once
+-- lane_release(lane, id)  a leased job of lane leaves active: its slot is freed (one SREM
+--                       per lane, in lanes_flush, in this same step)
 -- lanes_flush()         writes what to_pending and lane_release gathered (finish calls it)
 -- known_lanes()         every lane that may hold waiting jobs (ring, later, full, conf),
 --                       the default lane first
@@ -105,14 +106,21 @@ local function lane_release(lane, id)
   released = released + 1
   if lane_mode then
     if not lane or lane == '' then lane = DEFAULT_LANE end
-    redis.call('SREM', lane_key(lane, 'active'), id)
-    lane_freed[lane] = true
+    local ids = lane_freed[lane]
+    if not ids then
+      ids = {}
+      lane_freed[lane] = ids
+    end
+    ids[#ids + 1] = id
   end
 end
 
 local function lanes_flush()
   local names = {}
-  for lane in pairs(lane_freed) do names[#names + 1] = lane end
+  for lane, ids in pairs(lane_freed) do
+    names[#names + 1] = lane
+    if ids ~= true then redis.call('SREM', lane_key(lane, 'active'), unpack(ids)) end
+  end
   local k_full, k_ring = lane_prefix .. 'lanes:full', lane_prefix .. 'lanes:ring'
   local woken = 0
   if #names > 0 then

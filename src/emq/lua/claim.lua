@@ -75,10 +75,13 @@ local function parse_rate(text)  -- 'max:per_ms' -> max, per_ms; 0, 0 for none
   return tonumber(most), tonumber(per)
 end
 
--- free claims now under a rate (most, per) logged in k_log, and when the next one frees up
-local function rate_room(k_log, most, per)
-  redis.call('ZREMRANGEBYSCORE', k_log, '-inf', now - per)
+-- free claims now (up to want) under a rate (most, per) logged in k_log, and when the next
+-- one frees up. Entries that left the window are trimmed only when the log could bind: a
+-- log shorter than most - want can not refuse any of want, stale entries or not.
+local function rate_room(k_log, most, per, want)
   local n = redis.call('ZCARD', k_log)
+  if n + want <= most then return most - n, 0 end
+  n = n - redis.call('ZREMRANGEBYSCORE', k_log, '-inf', now - per)
   if n < most then return most - n, 0 end
   local oldest = redis.call('ZRANGE', k_log, n - most, n - most, 'WITHSCORES')
   return 0, tonumber(oldest[2]) + per
@@ -108,7 +111,7 @@ local q_conc = tonumber(m[1] or '0')
 if q_conc > 0 then want = math.min(want, q_conc - redis.call('ZCARD', k_active)) end
 if want <= 0 then return out end
 if q_most > 0 then
-  local free, next_at = rate_room(prefix .. 'rate', q_most, q_per)
+  local free, next_at = rate_room(prefix .. 'rate', q_most, q_per, want)
   if free == 0 then
     out[3] = next_at - now
     if tonumber(m[7] or '0') ~= next_at then
@@ -136,6 +139,7 @@ for _, id in ipairs(due) do
 end
 
 local logged = {}  -- 'id:token' of each lease, for the queue's rate log
+local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end
 -- lease one popped id of lane (its row read here); false if the row is missing
 local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
@@ -150,7 +154,8 @@ local function lease(id, lane, from)
   -- this job, even one the server issued and then lost with a rollback of its data
   local token = string.format('%.0f', math.max(tonumber(f[1] or '0') + 1, now_us))
   redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
-  redis.call('ZADD', k_active, deadline, id)
+  leased_ids[#leased_ids + 1] = deadline
+  leased_ids[#leased_ids + 1] = id
   local n = #out
   out[n + 1] = id
   out[n + 2] = token
@@ -164,34 +169,40 @@ local function lease(id, lane, from)
   return token
 end
 
--- a binary heap of lane indexes ordered by (pass, index): the stride scheduler's queue
-local function heap_less(lanes, a, b)
-  local pa, pb = lanes[a].pass, lanes[b].pass
-  return pa < pb or (pa == pb and a < b)
-end
-local function heap_push(heap, lanes, i)
-  heap[#heap + 1] = i
-  local c = #heap
+-- a binary heap of lane indexes ordered by (pass, index), passes in their own array: the
+-- stride scheduler's queue (comparisons inline: this runs once per job)
+local function heap_push(heap, pass, i)
+  local c = #heap + 1
+  heap[c] = i
+  local pi = pass[i]
   while c > 1 do
     local p = math.floor(c / 2)
-    if not heap_less(lanes, heap[c], heap[p]) then break end
-    heap[c], heap[p] = heap[p], heap[c]
+    local j = heap[p]
+    local pj = pass[j]
+    if pj < pi or (pj == pi and j < i) then break end
+    heap[c], heap[p] = j, i
     c = p
   end
 end
-local function heap_pop(heap, lanes)
-  local top = heap[1]
-  heap[1] = heap[#heap]
-  heap[#heap] = nil
-  local c, n = 1, #heap
+local function heap_pop(heap, pass)
+  local top, n = heap[1], #heap
+  local i = heap[n]
+  heap[n] = nil
+  n = n - 1
+  if n == 0 then return top end
+  local pi, c = pass[i], 1
   while 2 * c <= n do  -- c at least doubles each turn
-    local l, r, s = 2 * c, 2 * c + 1, c
-    if heap_less(lanes, heap[l], heap[s]) then s = l end
-    if r <= n and heap_less(lanes, heap[r], heap[s]) then s = r end
-    if s == c then break end
-    heap[c], heap[s] = heap[s], heap[c]
+    local s, ps = 2 * c, pass[heap[2 * c]]
+    local r = s + 1
+    if r <= n then
+      local pr = pass[heap[r]]
+      if pr < ps or (pr == ps and heap[r] < heap[s]) then s, ps = r, pr end
+    end
+    if pi < ps or (pi == ps and i < heap[s]) then break end
+    heap[c] = heap[s]
     c = s
   end
+  heap[c] = i
   return top
 end
 
@@ -259,12 +270,13 @@ else
     for i = 1, n do names[i] = win[2 * i - 1] end
     local confs = redis.call('HMGET', prefix .. 'lanes:conf', unpack(names))
     local holds = redis.call('ZMSCORE', k_later, unpack(names))
-    local lanes, heap, drop = {}, {}, {}
+    local lanes, heap, drop, pass = {}, {}, {}, {}
     for i = 1, n do
       local lane = names[i]
       local w, c, most, per, paused = settings(confs[i])
-      local L = {name = lane, pass = tonumber(win[2 * i]), stride = 1 / w, cap = need,
-        take = 0, conc = c, run = 0, most = most, per = per}
+      pass[i] = tonumber(win[2 * i])
+      local L = {name = lane, stride = 1 / w, cap = need, take = 0, conc = c, run = 0,
+        most = most, per = per}
       local hold = tonumber(holds[i] or '0')
       if paused then
         L.cap = 0
@@ -281,7 +293,7 @@ else
           end
         end
         if L.cap > 0 and most > 0 then
-          local free, next_at = rate_room(lane_key(lane, 'rate'), most, per)
+          local free, next_at = rate_room(lane_key(lane, 'rate'), most, per, L.cap)
           if free == 0 then
             L.cap = 0
             redis.call('ZADD', k_later, next_at, lane)
@@ -292,17 +304,17 @@ else
         end
       end
       lanes[i] = L
-      if L.cap > 0 then heap_push(heap, lanes, i) else drop[#drop + 1] = lane end
+      if L.cap > 0 then heap_push(heap, pass, i) else drop[#drop + 1] = lane end
     end
     local picks = 0
-    while picks < need and #heap > 0 and lanes[heap[1]].pass <= bound do
-      local i = heap_pop(heap, lanes)
+    while picks < need and #heap > 0 and pass[heap[1]] <= bound do
+      local i = heap_pop(heap, pass)
       local L = lanes[i]
       L.take = L.take + 1
       picks = picks + 1
-      vtime = L.pass
-      L.pass = L.pass + L.stride
-      if L.take < L.cap then heap_push(heap, lanes, i) end
+      vtime = pass[i]
+      pass[i] = pass[i] + L.stride
+      if L.take < L.cap then heap_push(heap, pass, i) end
     end
     local passes = {}
     for i = 1, n do
@@ -310,11 +322,12 @@ else
       if L.take > 0 then
         local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, L.name), L.take)
         local leased, logs = {}, {}
+        local shown = L.name == DEFAULT_LANE and '' or L.name
         for j = 1, #popped, 2 do
-          local token = lease(popped[j], L.name == DEFAULT_LANE and '' or L.name, 'pending')
+          local token = lease(popped[j], shown, 'pending')
           if token then
             leased[#leased + 1] = popped[j]
-            logs[#logs + 1] = popped[j] .. ':' .. token
+            if L.most > 0 then logs[#logs + 1] = popped[j] .. ':' .. token end
           end
         end
         served = served + #leased
@@ -326,7 +339,7 @@ else
           drop[#drop + 1] = L.name
           redis.call('SADD', k_full, L.name)
         else
-          passes[#passes + 1] = string.format('%.17g', L.pass)
+          passes[#passes + 1] = string.format('%.17g', pass[i])
           passes[#passes + 1] = L.name
         end
       end
@@ -342,6 +355,7 @@ else
   end
 end
 
+if #leased_ids > 0 then redis.call('ZADD', k_active, unpack(leased_ids)) end
 if q_most > 0 then log_claims(prefix .. 'rate', q_per, logged) end
 if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
 if request ~= '' and #out > 3 then

@@ -30,28 +30,37 @@ use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local out = {}
-local done = 0
+local ids, rows = {}, {}  -- completed: removed from active and deleted together, at the end
+local seen = {}  -- a job named twice in one call completes once (the second is gone)
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane')
-  if not f[1] then
+  if seen[id] then
     out[#out + 1] = ANSWER.gone
-  elseif score and tonumber(score) > now and f[1] == token then
-    redis.call('ZREM', k_active, id)
-    lane_release(f[4], id)
-    if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
-      redis.call('DEL', prefix .. 'de:' .. f[3])
-    end
-    redis.call('DEL', row)
-    done = done + 1
-    out[#out + 1] = ANSWER.completed
-    emit('event', 'completed', 'job', id, 'attempts', f[2])
   else
-    out[#out + 1] = ANSWER.lost
-    emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'complete')
+    local score = redis.call('ZSCORE', k_active, id)
+    local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane')
+    if not f[1] then
+      out[#out + 1] = ANSWER.gone
+    elseif score and tonumber(score) > now and f[1] == token then
+      seen[id] = true
+      ids[#ids + 1] = id
+      rows[#rows + 1] = row
+      lane_release(f[4], id)
+      if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
+        redis.call('DEL', prefix .. 'de:' .. f[3])
+      end
+      out[#out + 1] = ANSWER.completed
+      emit('event', 'completed', 'job', id, 'attempts', f[2])
+    else
+      out[#out + 1] = ANSWER.lost
+      emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'complete')
+    end
   end
 end
-if done > 0 then redis.call('HINCRBY', k_metrics, 'completed', done) end
+if #ids > 0 then
+  redis.call('ZREM', k_active, unpack(ids))
+  redis.call('DEL', unpack(rows))
+  redis.call('HINCRBY', k_metrics, 'completed', #ids)
+end
 return finish(out)

@@ -80,7 +80,6 @@ for hold, till in pairs(holds) do
     redis.call('ZREM', prefix .. 'lanes:ring', hold)
     redis.call('SREM', prefix .. 'lanes:full', hold)
     lane_ready[hold] = nil
-    lane_freed[hold] = nil
     emit('event', 'rate_limited', 'lane', hold, 'until', till, 'by', 'handler')
   end
 end

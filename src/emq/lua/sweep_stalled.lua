@@ -73,7 +73,7 @@ if #missing > 0 then
   redis.call('HINCRBY', k_metrics, 'missing', #missing)
   if lane_mode then
     for _, lane in ipairs(redis.call('SMEMBERS', prefix .. 'lanes:full')) do
-      lane_freed[lane] = true
+      lane_freed[lane] = lane_freed[lane] or true
     end
   end
 end
