@@ -205,9 +205,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--conc", type=int, default=50)
     p.add_argument("--split", type=int, default=10_000, help="jobs per side, 0 to skip")
+    p.add_argument("--no-lane-rate", action="store_true", help="limits side: no lane_rate")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.no_lane_rate:  # the limits side with concurrency limits only
+        LIMITS.pop("lane_rate")
     if args.child:  # one drain, by worker_rate.py's own code, on this side's queue
         worker_rate.QUEUE = args.child
         worker_rate.child("worker", args.url, args.conc, None, None)

@@ -254,6 +254,7 @@ else
   end
   lanes_flush()
   local vtime = tonumber(lane_vtime)
+  local lane_base = prefix .. 'lane:'
   local rounds = 0
   while served < want and rounds < 16 do
     rounds = rounds + 1
@@ -266,81 +267,95 @@ else
       bound = tonumber(win[2 * n])
       n = need
     end
-    local names = {}
-    for i = 1, n do names[i] = win[2 * i - 1] end
+    -- per lane i: names, pass, stride, cap (most jobs now), take, conc, run, most, per
+    local names, pass, stride, cap, take = {}, {}, {}, {}, {}
+    local conc, run, most, per = {}, {}, {}, {}
+    for i = 1, n do
+      names[i] = win[2 * i - 1]
+      pass[i] = tonumber(win[2 * i])
+    end
     local confs = redis.call('HMGET', prefix .. 'lanes:conf', unpack(names))
     local holds = redis.call('ZMSCORE', k_later, unpack(names))
-    local lanes, heap, drop, pass = {}, {}, {}, {}
+    local heap, drop, eligible, once = {}, {}, {}, true
     for i = 1, n do
       local lane = names[i]
-      local w, c, most, per, paused = settings(confs[i])
-      pass[i] = tonumber(win[2 * i])
-      local L = {name = lane, stride = 1 / w, cap = need, take = 0, conc = c, run = 0,
-        most = most, per = per}
-      local hold = tonumber(holds[i] or '0')
-      if paused then
-        L.cap = 0
-      elseif hold > now then
-        L.cap = 0
+      local w, c, m_, p_, paused = settings(confs[i])
+      local room = need
+      stride[i], take[i], conc[i], run[i], most[i], per[i] = 1 / w, 0, c, 0, m_, p_
+      if paused or (holds[i] and tonumber(holds[i]) > now) then
+        room = 0
       else
         if c > 0 then
-          L.run = running(lane, c)
-          if L.run >= c then
-            L.cap = 0
+          local r = running(lane, c)
+          run[i] = r
+          if r >= c then
+            room = 0
             redis.call('SADD', k_full, lane)
-          else
-            L.cap = math.min(L.cap, c - L.run)
+          elseif c - r < room then
+            room = c - r
           end
         end
-        if L.cap > 0 and most > 0 then
-          local free, next_at = rate_room(lane_key(lane, 'rate'), most, per, L.cap)
+        if room > 0 and m_ > 0 then
+          local free, next_at = rate_room(lane_base .. lane .. ':rate', m_, p_, room)
           if free == 0 then
-            L.cap = 0
+            room = 0
             redis.call('ZADD', k_later, next_at, lane)
             emit('event', 'rate_limited', 'lane', lane, 'until', next_at, 'by', 'rate')
-          else
-            L.cap = math.min(L.cap, free)
+          elseif free < room then
+            room = free
           end
         end
       end
-      lanes[i] = L
-      if L.cap > 0 then heap_push(heap, pass, i) else drop[#drop + 1] = lane end
+      cap[i] = room
+      if room > 0 then
+        eligible[#eligible + 1] = i
+        if pass[i] + stride[i] <= bound then once = false end
+      else
+        drop[#drop + 1] = lane
+      end
     end
     local picks = 0
+    if once then  -- no lane can have a second turn before the boundary: one each, in order
+      for _, i in ipairs(eligible) do
+        take[i], vtime, pass[i] = 1, pass[i], pass[i] + stride[i]
+      end
+      picks = #eligible
+    else
+      for _, i in ipairs(eligible) do heap_push(heap, pass, i) end
+    end
     while picks < need and #heap > 0 and pass[heap[1]] <= bound do
       local i = heap_pop(heap, pass)
-      local L = lanes[i]
-      L.take = L.take + 1
+      take[i] = take[i] + 1
       picks = picks + 1
       vtime = pass[i]
-      pass[i] = pass[i] + L.stride
-      if L.take < L.cap then heap_push(heap, pass, i) end
+      pass[i] = pass[i] + stride[i]
+      if take[i] < cap[i] then heap_push(heap, pass, i) end
     end
     local passes = {}
     for i = 1, n do
-      local L = lanes[i]
-      if L.take > 0 then
-        local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, L.name), L.take)
+      if take[i] > 0 then
+        local lane = names[i]
+        local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, lane), take[i])
         local leased, logs = {}, {}
-        local shown = L.name == DEFAULT_LANE and '' or L.name
+        local shown = lane == DEFAULT_LANE and '' or lane
         for j = 1, #popped, 2 do
           local token = lease(popped[j], shown, 'pending')
           if token then
             leased[#leased + 1] = popped[j]
-            if L.most > 0 then logs[#logs + 1] = popped[j] .. ':' .. token end
+            if most[i] > 0 then logs[#logs + 1] = popped[j] .. ':' .. token end
           end
         end
         served = served + #leased
-        if #leased > 0 then redis.call('SADD', lane_key(L.name, 'active'), unpack(leased)) end
-        if L.most > 0 then log_claims(lane_key(L.name, 'rate'), L.per, logs) end
-        if #popped / 2 < L.take then
-          drop[#drop + 1] = L.name  -- no more waiting jobs
-        elseif L.conc > 0 and L.run + #leased >= L.conc then
-          drop[#drop + 1] = L.name
-          redis.call('SADD', k_full, L.name)
+        if #leased > 0 then redis.call('SADD', lane_base .. lane .. ':active', unpack(leased)) end
+        if most[i] > 0 then log_claims(lane_base .. lane .. ':rate', per[i], logs) end
+        if #popped / 2 < take[i] then
+          drop[#drop + 1] = lane  -- no more waiting jobs
+        elseif conc[i] > 0 and run[i] + #leased >= conc[i] then
+          drop[#drop + 1] = lane
+          redis.call('SADD', k_full, lane)
         else
-          passes[#passes + 1] = string.format('%.17g', pass[i])
-          passes[#passes + 1] = L.name
+          passes[#passes + 1] = pass[i]
+          passes[#passes + 1] = lane
         end
       end
     end
@@ -348,13 +363,12 @@ else
     if #passes > 0 then redis.call('ZADD', k_ring, 'XX', unpack(passes)) end
     if picks == 0 and #drop == 0 then break end
   end
-  redis.call('HSET', k_meta, 'vtime', string.format('%.17g', vtime))
+  redis.call('HSET', k_meta, 'vtime', vtime)
   if served < want then
     local soonest = redis.call('ZRANGE', k_later, 0, 0, 'WITHSCORES')
     if #soonest > 0 then out[3] = math.max(1, tonumber(soonest[2]) - now) end
   end
 end
-
 if #leased_ids > 0 then redis.call('ZADD', k_active, unpack(leased_ids)) end
 if q_most > 0 then log_claims(prefix .. 'rate', q_per, logged) end
 if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
