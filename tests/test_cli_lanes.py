@@ -227,3 +227,16 @@ def test_the_readme_lanes_example_runs(url: str, qname: str) -> None:
     assert (lane.weight, lane.pending) == (3, 1)
     assert (q.limits().lane_concurrency, q.limits().lane_rate) == (2, (50, 1000))
     q.close()
+
+
+def test_enqueue_puts_a_job_in_its_lane_and_refuses_a_bad_lane(
+    url: str, qname: str, queue: Queue, client: redis.Redis
+) -> None:
+    made = run_json("enqueue", qname, "send", '{"to": 1}', "--lane", "tenant-7", "--url", url)
+    job = queue.job(made["id"])
+    assert job is not None and job.lane == "tenant-7"
+    assert [lane.name for lane in queue.lanes()] == ["tenant-7"]
+    code, out = run("enqueue", qname, "send", "1", "--lane", "no spaces", "--url", url)
+    assert code == 2 and "lane name" in out and "Traceback" not in out
+    assert queue.counts()["pending"] == 1
+    check_lanes(client, qname)

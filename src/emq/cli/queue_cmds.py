@@ -82,11 +82,12 @@ def read_payload(arg: str) -> Any:
 @click.option("--priority", type=int, default=0, help="Lower runs first (default 0).")
 @click.option("--max-attempts", type=int, default=None, help="Attempts before dead (default 3).")
 @click.option("--key", default=None, help="Dedup key: one live job per key.")
+@click.option("--lane", default=None, help="The job's lane (default: the default lane).")
 @url_option
 @json_option
 def enqueue(
     queue: str, name: str, payload: str, delay_ms: int, priority: int,
-    max_attempts: int | None, key: str | None, url: str | None, as_json: bool,
+    max_attempts: int | None, key: str | None, lane: str | None, url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Enqueue job NAME with a JSON PAYLOAD on QUEUE.
 
@@ -94,8 +95,9 @@ def enqueue(
     data = read_payload(payload)
     with open_queue(url, queue) as q:
         job_id = q.enqueue(
-            name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key
-        )
+            name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key,
+            lane=lane,
+        )  # fmt: skip
     if as_json:
         emit_json({"id": job_id, "created": job_id.created})
     else:
