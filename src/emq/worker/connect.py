@@ -260,3 +260,26 @@ async def retry(
             continue
         outage.ok(where)
         return result, retried
+
+
+async def park(
+    blocking: Any, keys: list[str], wait_ms: int, outage: Outage, stop: asyncio.Event,
+    *extra: Awaitable[Any],
+) -> None:  # fmt: skip
+    """``BLPOP`` on ``keys`` for up to ``wait_ms`` on the ``blocking`` client, ended early by
+    ``stop`` or any of ``extra``. A server error is an outage episode (logged once, then a
+    backoff nap); anything else is raised."""
+    pop = asyncio.ensure_future(blocking.blpop(keys, timeout=wait_ms / 1000))
+    await first(stop, pop, *extra)
+    if not pop.done():
+        pop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
+            await pop
+        return
+    exc = pop.exception()
+    if isinstance(exc, SERVER_ERRORS):
+        await nap(outage.failed(exc, "park"), stop)
+    elif exc is not None:
+        raise exc
+    else:
+        outage.ok("park")

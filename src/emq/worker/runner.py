@@ -32,7 +32,7 @@ from ..errors import WorkerFailed
 from ..queue import Queue
 from ..records import Answer, Claimed
 from .acks import Ack, AckBuffer
-from .connect import SERVER_ERRORS, ClientFactory, Outage, first, nap, retry
+from .connect import ClientFactory, Outage, first, park, retry
 from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
 from .log import Report, event
@@ -253,10 +253,13 @@ class Runner:
                     await first(self.stop, self.room.wait(), *tick)
                 continue
             self._stuck_since = None
+            # a claim refused only because this worker's own acks were still on their way (a
+            # queue or lane at its concurrency limit) does not mean the queue is empty
+            idle = self.idle()
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
-            if got == 0 and not self._retry_in and self._burst_done(stuck=False):
+            if got == 0 and idle and not self._retry_in and self._burst_done(stuck=False):
                 return
             await self._park()
 
@@ -333,22 +336,9 @@ class Runner:
         last claim said a limit lifts), the worker stops, or (burst) a held job is released."""
         keys = [q.core.keys.wake for q in self.queues]
         wait_ms = min(self.options.poll_ms, self._retry_in or self.options.poll_ms)
-        pop = asyncio.ensure_future(self.blocking.blpop(keys, timeout=wait_ms / 1000))
         self.room.clear()
         extra = [self.room.wait()] if self.options.burst else []
-        await first(self.stop, pop, *extra)
-        if not pop.done():
-            pop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
-                await pop
-            return
-        exc = pop.exception()
-        if isinstance(exc, SERVER_ERRORS):
-            await nap(self.outage.failed(exc, "park"), self.stop)
-        elif exc is not None:
-            raise exc
-        else:
-            self.outage.ok("park")
+        await park(self.blocking, keys, wait_ms, self.outage, self.stop, *extra)
 
     # -- running --------------------------------------------------------------------------
 
