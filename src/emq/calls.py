@@ -354,7 +354,8 @@ def _decode_claimed(reply: list[Any]) -> Claims:
         )
         for i in range(3, len(reply), 7)
     ]
-    return Claims(jobs, list(reply[1]), int(reply[2]))
+    retry_in = int(reply[2])
+    return Claims(jobs, list(reply[1]), max(retry_in, 0), blocked=retry_in < 0)
 
 
 def decode_job(job_id: str, row: dict[str, str]) -> Job | None:

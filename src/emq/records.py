@@ -67,12 +67,16 @@ class Claims(list[Claimed]):
     ``schedule`` without their row (dropped from the set, counted in the ``missing`` metric and
     emitted as a ``missing`` event each; the worker logs them), and ``retry_in_ms``: when fewer
     jobs than asked were leased because of a rate limit or a hold, how long until the soonest
-    one ends (0 otherwise: wait for a wake-up)."""
+    one ends (0 otherwise), and ``blocked``: a concurrency limit (the queue's or a lane's)
+    held jobs back, so the queue is not empty; a finishing job wakes parked workers."""
 
-    def __init__(self, jobs: list[Claimed], missing: list[str], retry_in_ms: int = 0) -> None:
+    def __init__(
+        self, jobs: list[Claimed], missing: list[str], retry_in_ms: int = 0, blocked: bool = False
+    ) -> None:
         super().__init__(jobs)
         self.missing = missing
         self.retry_in_ms = retry_in_ms
+        self.blocked = blocked
 
 
 class Answer(StrEnum):

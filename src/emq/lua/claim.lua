@@ -31,7 +31,8 @@
 -- Returns: flat array: deadline ms, the ids found without their row (an evicted or hand-deleted
 --          row: dropped from the set, counted in metrics 'missing', a 'missing' event each),
 --          retry_in ms (when fewer than count were leased because of a rate limit or a hold:
---          how long until the soonest one ends; 0 otherwise), then per job: id, token,
+--          how long until the soonest one ends; -1 when a concurrency limit held jobs back:
+--          a finishing job pushes a wake-up; 0 otherwise), then per job: id, token,
 --          attempts, stalled, name, payload, lane ('' for the default lane) (token: a decimal
 --          string, max(previous token + 1, server clock in us), so never issued twice for one
 --          job)
@@ -109,7 +110,10 @@ if held > now then
 end
 local q_conc = tonumber(m[1] or '0')
 if q_conc > 0 then want = math.min(want, q_conc - redis.call('ZCARD', k_active)) end
-if want <= 0 then return out end
+if want <= 0 then
+  out[3] = -1
+  return out
+end
 if q_most > 0 then
   local free, next_at = rate_room(prefix .. 'rate', q_most, q_per, want)
   if free == 0 then
@@ -366,7 +370,11 @@ else
   redis.call('HSET', k_meta, 'vtime', vtime)
   if served < want then
     local soonest = redis.call('ZRANGE', k_later, 0, 0, 'WITHSCORES')
-    if #soonest > 0 then out[3] = math.max(1, tonumber(soonest[2]) - now) end
+    if #soonest > 0 then
+      out[3] = math.max(1, tonumber(soonest[2]) - now)
+    elseif redis.call('SCARD', k_full) > 0 then
+      out[3] = -1
+    end
   end
 end
 if #leased_ids > 0 then redis.call('ZADD', k_active, unpack(leased_ids)) end

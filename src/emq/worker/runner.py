@@ -103,6 +103,7 @@ class Runner:
         self.finished = 0  # handlers returned
         self._last_reply = 0.0  # loop time of the last claim reply
         self._retry_in = 0  # ms until a limit of the last claim lifts (0: wait for a wake-up)
+        self._blocked = False  # the last claim was held back by a concurrency limit
         self.max_ahead = AHEAD_FACTOR * o.concurrency
         self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
@@ -253,13 +254,12 @@ class Runner:
                     await first(self.stop, self.room.wait(), *tick)
                 continue
             self._stuck_since = None
-            # a claim refused only because this worker's own acks were still on their way (a
-            # queue or lane at its concurrency limit) does not mean the queue is empty
-            idle = self.idle()
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
-            if got == 0 and idle and not self._retry_in and self._burst_done(stuck=False):
+            # a queue held back by a limit is not empty (maybe by this worker's own acks still
+            # on their way): a burst run waits for the wake-up
+            if got == 0 and not (self._retry_in or self._blocked) and self._burst_done(stuck=False):
                 return
             await self._park()
 
@@ -290,7 +290,7 @@ class Runner:
 
     async def _claim(self, room: int) -> int | None:
         total, n = 0, len(self.queues)
-        self._retry_in = 0
+        self._retry_in, self._blocked = 0, False
         for i in range(n):
             q = self.queues[(self._rr + i) % n]
             want = min(room - total, 1000)
@@ -317,6 +317,7 @@ class Runner:
                 self.report.missing(q.name, jobs.missing, "pending or schedule")
             if jobs.retry_in_ms and len(jobs) < want:  # limited: nothing before then
                 self._retry_in = min(self._retry_in or jobs.retry_in_ms, jobs.retry_in_ms)
+            self._blocked = self._blocked or jobs.blocked
             if jobs:
                 self._accept(q, jobs)
             total += len(jobs)
