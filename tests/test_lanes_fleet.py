@@ -187,3 +187,35 @@ async def test_one_worker_serves_fifty_small_lanes_before_a_big_one_gets_far(
     big_before = sum(1 for p in order[:last_small] if p == "big")
     assert big_before < 300, big_before  # about one turn per round of 51 lanes
     check_lanes(client, qname)
+
+
+async def test_a_sync_handler_can_hold_the_whole_queue_or_another_lane(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    queue.enqueue_many([JobSpec("call", "queue", lane="a"), JobSpec("call", "lane-b", lane="c")])
+    b_ids = set(queue.enqueue_many([JobSpec("call", i, lane="b") for i in range(3)]))
+    told: set[str] = set()
+    w = Worker(queue, options=WorkerOptions(concurrency=1, burst=True))
+
+    @w.handler()
+    def call(payload: object, ctx: JobContext) -> None:  # a sync handler, in a thread
+        if payload in ("queue", "lane-b") and payload not in told:
+            told.add(str(payload))
+            if payload == "queue":
+                raise RateLimited(300, whole_queue=True)
+            raise RateLimited(300, lane="b")
+
+    await asyncio.wait_for(w.run(), HANG)
+    assert w.stats.rate_limited == 2 and queue.counts()["completed"] == 5
+    events = list(queue.events())
+    held = {e.fields["lane"]: e for e in events if e.event == "rate_limited"}
+    assert set(held) == {"*", "b"} and {e.fields["by"] for e in held.values()} == {"handler"}
+    for lane, hold in held.items():
+        until = int(hold.fields["until"])
+        after = [e for e in events if e.event == "claimed" and parse_id(e.id) > parse_id(hold.id)]
+        bound = after if lane == "*" else [e for e in after if e.job in b_ids]
+        assert all(parse_id(e.id)[0] >= until for e in bound), lane
+        assert bound or lane == "b"  # the job given back is claimed again after the hold
+    delayed = [e for e in events if e.event == "delayed"]
+    assert len(delayed) == 2 and {e.fields["attempts"] for e in delayed} == {"0"}
+    check_lanes(client, qname)
