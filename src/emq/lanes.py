@@ -145,7 +145,7 @@ def decode_lanes(reply: list[Any]) -> tuple[Limits, list[Lane]]:
         lane_concurrency=int(reply[5]),
         lane_rate=_rate(reply[6]),
         paused=reply[2] == 1,
-        held_until_ms=int(reply[7]) if int(reply[7]) > now else 0,
+        held_until_ms=int(reply[7]) if int(reply[7]) >= now else 0,
         limited_until_ms=int(reply[9]) if int(reply[9]) > now else 0,
         active=int(reply[8]),
     )

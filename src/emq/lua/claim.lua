@@ -12,7 +12,9 @@
 -- Limits (docs/lanes.md): the queue's concurrency counts its leased jobs (ZCARD active), a
 -- lane's counts lane:<L>:active, whose members are checked against active before they refuse
 -- a claim, so a slot can not leak. A rate (max, per_ms) allows a claim at now only while
--- fewer than max claims lie in (now - per_ms, now]: every claim is logged in a ZSET. In lane
+-- fewer than max claims lie in [now - per_ms, now]: every claim is logged in a ZSET. (The
+-- window is one ms wider than per_ms, and a hold ends one ms after its end, so the limits hold
+-- on the events' stream ids too, which may read the clock up to a ms before TIME does.) In lane
 -- mode the lanes in lanes:ring are served by stride scheduling: the lane with the lowest pass
 -- gets the next job and its pass grows by 1/weight; a lane that is paused, held, at its
 -- concurrency limit or out of rate leaves the ring (for conf, lanes:later or lanes:full).
@@ -82,10 +84,10 @@ end
 local function rate_room(k_log, most, per, want)
   local n = redis.call('ZCARD', k_log)
   if n + want <= most then return most - n, 0 end
-  n = n - redis.call('ZREMRANGEBYSCORE', k_log, '-inf', now - per)
+  n = n - redis.call('ZREMRANGEBYSCORE', k_log, '-inf', '(' .. (now - per))
   if n < most then return most - n, 0 end
   local oldest = redis.call('ZRANGE', k_log, n - most, n - most, 'WITHSCORES')
-  return 0, tonumber(oldest[2]) + per
+  return 0, tonumber(oldest[2]) + per + 1
 end
 
 local function log_claims(k_log, per, members)
@@ -104,8 +106,8 @@ end
 local want = count
 local q_most, q_per = parse_rate(m[3])
 local held = tonumber(m[4] or '0')
-if held > now then
-  out[3] = held - now
+if held >= now then
+  out[3] = held - now + 1
   return out
 end
 local q_conc = tonumber(m[1] or '0')

@@ -76,7 +76,7 @@ for hold, till in pairs(holds) do
     emit('event', 'rate_limited', 'lane', '*', 'until', till, 'by', 'handler')
   else
     if not lane_mode then lanes_on(k_pending) end
-    redis.call('ZADD', prefix .. 'lanes:later', 'GT', till, hold)
+    redis.call('ZADD', prefix .. 'lanes:later', 'GT', till + 1, hold)  -- served after till
     redis.call('ZREM', prefix .. 'lanes:ring', hold)
     redis.call('SREM', prefix .. 'lanes:full', hold)
     lane_ready[hold] = nil
