@@ -98,7 +98,7 @@ local function log_claims(k_log, per, members)
       args[2 * i] = member
     end
     redis.call('ZADD', k_log, unpack(args))
-    redis.call('PEXPIRE', k_log, per)
+    redis.call('PEXPIRE', k_log, per + 1000)  -- outlives its newest claim's window, with room
   end
 end
 
