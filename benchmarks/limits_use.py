@@ -22,15 +22,14 @@ import bisect
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 import redis
+from harness.private import url_or_private
 
 from emq import JobSpec, Queue
 from emq.events import parse_id
-from emq.server import EmbeddedServer
 
 # a worker process: no-op or sleeping handler, burst mode; prints its claim calls at the end
 CHILD = """
@@ -101,12 +100,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--url")
     args = p.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        server = EmbeddedServer(tempfile.mkdtemp(prefix="emq-bench-"))
-        url = server.start()
-    try:
+    with url_or_private(args.url) as url:
         client = redis.Redis.from_url(url, decode_responses=True)
         rate = rate_part(url, args.workers)
         print(f"rate (50, 1000), {rate['jobs']} jobs, {args.workers} workers: "
@@ -124,9 +118,6 @@ def main() -> None:
               f"{mem['lanes_bytes']:,} in 1,000 lanes: "
               f"{mem['bytes_per_lane']:.0f} bytes per lane")  # fmt: skip
         print(json.dumps({"rate": rate, "concurrency": conc, "memory": mem}))
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

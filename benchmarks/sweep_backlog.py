@@ -10,12 +10,12 @@ mean time per call comes from INFO commandstats. ``benchmarks/run.py`` calls :fu
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from typing import Any
 
+from harness.private import url_or_private
+
 from emq import Queue
-from emq.server import EmbeddedServer
 
 
 def measure(url: str, jobs: int = 100_000, limit: int = 100) -> dict[str, Any]:
@@ -68,12 +68,7 @@ def main() -> None:
     parser.add_argument("--url", default=None)
     args = parser.parse_args()
 
-    server = None
-    url = args.url
-    if url is None:
-        server = EmbeddedServer(tempfile.mkdtemp(prefix="emq-bench-"))
-        url = server.start()
-    try:
+    with url_or_private(args.url) as url:
         r = measure(url, args.jobs, args.limit)
         info = Queue.from_url(url, "bench-info").client.info("server")
         name = "valkey" if "valkey_version" in info else "redis"
@@ -89,9 +84,6 @@ def main() -> None:
             f"p99 {r['call_p99_ms']:.2f} ms, max {r['call_max_ms']:.2f} ms "
             "(an upper bound on the server's hold time)"
         )
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ import multiprocessing
 import os
 import signal
 import statistics
-import tempfile
 import time
 import uuid
 from typing import Any
 
+from harness.private import url_or_private
+
 from emq import JobContext, Queue, Worker, WorkerOptions
-from emq.server import EmbeddedServer
 
 SECTIONS = ("gil", "wake", "timeout", "recovery")
 
@@ -247,12 +247,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
     args = parser.parse_args()
     logging.getLogger("emq").setLevel(logging.CRITICAL)  # lost leases and timeouts are expected
-    server = None
-    url = args.url
-    if url is None:
-        server = EmbeddedServer(tempfile.mkdtemp(prefix="emq-bench-"))
-        url = server.start()
-    try:
+    with url_or_private(args.url) as url:
         print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         for name in args.only:
             if name == "gil":
@@ -263,9 +258,6 @@ def main() -> None:
                 timeout(url, args.samples)
             else:
                 recovery(url, args.samples)
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,3 +65,30 @@ async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Flushing:
+    """``SCRIPT FLUSH`` in a loop on a thread of its own (bounded at 20,000 flushes) for as
+    long as the ``with`` block runs; ``count`` is how many went through."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.count = url, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        c = redis.Redis.from_url(self.url)
+        try:
+            while not self._done.is_set() and self.count < 20_000:
+                c.script_flush()
+                self.count += 1
+        finally:
+            c.close()
+
+    def __enter__(self) -> Flushing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)

@@ -46,7 +46,7 @@ def check_lanes(client: redis.Redis, queue: str) -> dict[str, dict[str, set[str]
     for job_id in locs["active"]:
         lane(_lane_of(client, k, job_id))["active"].add(job_id)
     for name, ids in lanes.items():
-        key = k.pending if name == DEFAULT_LANE else k.lane(name, "pending")
+        key = k.lane_pending(name)
         assert set(client.zrange(key, 0, -1)) == ids["pending"], f"lane {name}: waiting set"
     seen_active = {
         key.split(":")[-2]: set(client.smembers(key))

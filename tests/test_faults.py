@@ -27,7 +27,7 @@ from emq import (
 )
 from emq.server import EmbeddedServer
 
-from .helpers import assert_consistent, expire_leases, until, where
+from .helpers import Flushing, assert_consistent, expire_leases, until, where
 
 HANG = 90.0  # bounds a hang only; a busy machine may be many times slower than an idle one
 
@@ -133,22 +133,7 @@ async def test_worker_and_producer_survive_script_flush_in_a_loop(
     own: EmbeddedServer, admin: redis.Redis
 ) -> None:
     q = Queue.from_url(own.url(), "flush")
-    done = threading.Event()
-    flushes = 0
-
-    def flusher() -> None:
-        nonlocal flushes
-        c = redis.Redis.from_url(own.url())
-        try:
-            while not done.is_set() and flushes < 20_000:  # bounded
-                c.script_flush()
-                flushes += 1
-        finally:
-            c.close()
-
-    thread = threading.Thread(target=flusher, daemon=True)
-    thread.start()
-    try:
+    with Flushing(own.url()) as flushes:
         ids = [str(i) for i in q.enqueue_many([("j", i) for i in range(300)])]
         ran: dict[str, int] = {}
         w = Worker(q, options=WorkerOptions(concurrency=8, lease_ms=10_000, burst=True))
@@ -158,10 +143,7 @@ async def test_worker_and_producer_survive_script_flush_in_a_loop(
             ran[ctx.id] = ran.get(ctx.id, 0) + 1
 
         await asyncio.wait_for(w.run(), HANG)
-    finally:
-        done.set()
-        thread.join(10)
-    assert flushes > 0
+    assert flushes.count > 0
     assert ran == {i: 1 for i in ids}
     assert q.counts()["completed"] == 300
     assert_consistent(admin, "flush")

@@ -5,7 +5,6 @@ lane past its concurrency limit, and the lane bookkeeping right (every slot free
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from typing import Any
 
@@ -15,7 +14,7 @@ import redis
 from emq import JobContext, JobSpec, Queue, ServerOutOfMemory, Worker, WorkerOptions
 from emq.server import EmbeddedServer
 
-from .helpers import until
+from .helpers import Flushing, until
 from .lanes_check import check_lanes
 
 HANG = 120.0  # bounds a hang, never a speed
@@ -53,22 +52,8 @@ async def test_lanes_and_limits_survive_script_flush_in_a_loop(
     q = Queue.from_url(own.url(), "lflush")
     q.set_limits(lane_concurrency=2, concurrency=6)
     q.set_limits(lane="t0", weight=3, concurrency=3)
-    done, flushes = threading.Event(), 0
-
-    def flusher() -> None:
-        nonlocal flushes
-        c = redis.Redis.from_url(own.url())
-        try:
-            while not done.is_set() and flushes < 20_000:  # bounded
-                c.script_flush()
-                flushes += 1
-        finally:
-            c.close()
-
-    thread = threading.Thread(target=flusher, daemon=True)
-    thread.start()
     tally = Tally()
-    try:
+    with Flushing(own.url()) as flushes:
         ids = lane_jobs(q, 300, 6)
         w = Worker(q, options=WorkerOptions(concurrency=12, lease_ms=10_000, burst=True))
 
@@ -77,10 +62,7 @@ async def test_lanes_and_limits_survive_script_flush_in_a_loop(
             await tally.run(ctx, 0.001)
 
         await asyncio.wait_for(w.run(), HANG)
-    finally:
-        done.set()
-        thread.join(10)
-    assert flushes > 0
+    assert flushes.count > 0
     assert tally.ran == {i: 1 for i in ids}
     assert tally.most["t0"] <= 3 and all(tally.most[f"t{n}"] <= 2 for n in range(1, 6))
     assert q.counts()["completed"] == 300

@@ -109,8 +109,7 @@ class AsyncReads:
             names = [DEFAULT_LANE]
         async with self.client.pipeline(transaction=True) as p:
             for name in names:
-                key = k.pending if name == DEFAULT_LANE else k.lane(name, "pending")
-                p.zrange(key, 0, offset + limit - 1, withscores=True)
+                p.zrange(k.lane_pending(name), 0, offset + limit - 1, withscores=True)
             sets = await p.execute()
         merged = heapq.merge(*[[(s, i) for i, s in pairs] for pairs in sets])
         return [i for _, i in merged][offset : offset + limit]

@@ -20,7 +20,7 @@ from .config import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_LEASE_MS, Backoff, QueueOpti
 from .errors import InvalidName, InvalidOption
 from .ids import check_id
 from .keys import QueueKeys, node_key
-from .lanes import Lane, Limits, check_lane, decode_lanes, lane_arg, lanes_keys, limits_args
+from .lanes import Lane, Limits, check_lane, decode_lanes, lane_arg, limits_args
 from .payloads import encode_payload
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
 from .states import STATE_OF_LOCATION, Location
@@ -283,7 +283,8 @@ class QueueCore:
         """Read the queue's limits and its lanes at one instant; ``leased=False`` skips the
         lanes that only have leased jobs (no read of every leased job's row)."""
         args: list[Arg] = [self.keys.prefix, 1 if leased else 0]
-        return Call("lanes", lanes_keys(self.keys), args, decode_lanes)
+        k = self.keys
+        return Call("lanes", [k.pending, k.active, k.meta], args, decode_lanes)
 
     def drain(self, limit: int) -> Call[int]:
         check_int("limit", limit, 1, MAX_CHUNK)

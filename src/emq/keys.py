@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .checks import shown
 from .errors import InvalidName
+from .lanes import DEFAULT_LANE
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -106,6 +107,10 @@ class QueueKeys:
         log). The default lane's waiting jobs are in :attr:`pending`; the caller must have
         validated the lane's name."""
         return self._k(f"lane:{lane}:{what}")
+
+    def lane_pending(self, lane: str) -> str:
+        """Where a lane's waiting jobs are: :attr:`pending` for the default lane."""
+        return self.pending if lane == DEFAULT_LANE else self.lane(lane, "pending")
 
     def lanes(self, what: str) -> str:
         """A key about every lane: ``ring`` (ZSET), ``later`` (ZSET), ``full`` (SET),

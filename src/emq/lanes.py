@@ -16,7 +16,6 @@ from typing import Any
 
 from .checks import check_int, shown
 from .errors import EmqError, InvalidName, InvalidOption
-from .keys import QueueKeys
 
 LANE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 DEFAULT_LANE = "default"
@@ -183,7 +182,3 @@ class RateLimited(EmqError):
         self.whole_queue = bool(whole_queue)
         target = "the queue" if whole_queue else f"lane {self.lane or '(its own)'}"
         super().__init__(f"rate limited: hold {target} for {self.retry_in_ms} ms")
-
-
-def lanes_keys(keys: QueueKeys) -> list[str]:
-    return [keys.pending, keys.active, keys.meta]

@@ -18,6 +18,8 @@
 --                       active set, and the default lane joins the ring if it has work
 -- to_pending(k_pending, id, priority, lane)  puts a job into its lane's waiting set (and
 --                       its lane into the ring, at finish); lane is the row's field or false
+-- lane_of(field)       a row's lane field (false or '' for the default lane) -> lane name
+-- lane_key(lane, what)  a key of one lane: lane:<L>:pending | active | rate
 -- lane_release(lane, id)  a leased job of lane leaves active: its slot is freed (one SREM
 --                       per lane, in lanes_flush, in this same step)
 -- lanes_flush()         writes what to_pending and lane_release gathered (finish calls it)
@@ -69,6 +71,11 @@ local function use_lanes(prefix, k_meta, ...)
   return {unpack(m, 3)}
 end
 
+local function lane_of(field)  -- a row's lane field (false, '' or a name) -> the lane's name
+  if not field or field == '' then return DEFAULT_LANE end
+  return field
+end
+
 local function lane_key(lane, what)
   return lane_prefix .. 'lane:' .. lane .. ':' .. what
 end
@@ -90,7 +97,7 @@ local function lanes_on(k_pending)
 end
 
 local function to_pending(k_pending, id, priority, lane)
-  if not lane or lane == '' then lane = DEFAULT_LANE end
+  lane = lane_of(lane)
   if not lane_mode then
     if lane == DEFAULT_LANE then
       redis.call('ZADD', k_pending, priority, id)
@@ -105,7 +112,7 @@ end
 local function lane_release(lane, id)
   released = released + 1
   if lane_mode then
-    if not lane or lane == '' then lane = DEFAULT_LANE end
+    lane = lane_of(lane)
     local ids = lane_freed[lane]
     if not ids then
       ids = {}

@@ -260,7 +260,6 @@ else
   end
   lanes_flush()
   local vtime = tonumber(lane_vtime)
-  local lane_base = prefix .. 'lane:'
   local rounds = 0
   while served < want and rounds < 16 do
     rounds = rounds + 1
@@ -302,7 +301,7 @@ else
           end
         end
         if room > 0 and m_ > 0 then
-          local free, next_at = rate_room(lane_base .. lane .. ':rate', m_, p_, room)
+          local free, next_at = rate_room(lane_key(lane, 'rate'), m_, p_, room)
           if free == 0 then
             room = 0
             redis.call('ZADD', k_later, next_at, lane)
@@ -352,8 +351,8 @@ else
           end
         end
         served = served + #leased
-        if #leased > 0 then redis.call('SADD', lane_base .. lane .. ':active', unpack(leased)) end
-        if most[i] > 0 then log_claims(lane_base .. lane .. ':rate', per[i], logs) end
+        if #leased > 0 then redis.call('SADD', lane_key(lane, 'active'), unpack(leased)) end
+        if most[i] > 0 then log_claims(lane_key(lane, 'rate'), per[i], logs) end
         if #popped / 2 < take[i] then
           drop[#drop + 1] = lane  -- no more waiting jobs
         elseif conc[i] > 0 and run[i] + #leased >= conc[i] then

@@ -120,7 +120,7 @@ for _, lane in ipairs(lanes) do
   if lane == '' and not lane_mode then
     redis.call('ZADD', k_pending, unpack(set))
   else
-    if lane == '' then lane = DEFAULT_LANE end
+    lane = lane_of(lane)
     if not lane_mode then lanes_on(k_pending) end
     redis.call('ZADD', lane_pending_key(k_pending, lane), unpack(set))
     lane_ready[lane] = true

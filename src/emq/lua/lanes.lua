@@ -40,7 +40,7 @@ for _, lane in ipairs(names) do seen[lane] = true end
 local active = {}
 if leased == '1' then active = redis.call('ZRANGE', k_active, 0, -1) end
 for _, id in ipairs(active) do
-  local lane = redis.call('HGET', prefix .. 'job:' .. id, 'lane') or DEFAULT_LANE
+  local lane = lane_of(redis.call('HGET', prefix .. 'job:' .. id, 'lane'))
   if not seen[lane] then
     seen[lane] = true
     names[#names + 1] = lane

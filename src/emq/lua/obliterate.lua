@@ -59,7 +59,7 @@ for _, set in ipairs(sets) do
         redis.call('DEL', prefix .. 'de:' .. f[1])
       end
       if set == k_active and lane_mode then
-        redis.call('SREM', lane_key(f[2] or DEFAULT_LANE, 'active'), id)
+        redis.call('SREM', lane_key(lane_of(f[2]), 'active'), id)
       end
       redis.call('DEL', row)
       redis.call('ZREM', set, id)

@@ -35,7 +35,7 @@ local row = prefix .. 'job:' .. id
 local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane')
 if not f[1] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
 local where = ''
-local lane = f[3] or DEFAULT_LANE
+local lane = lane_of(f[3])
 local sets = {pending = lane_pending_key(k_pending, lane), active = k_active,
   schedule = k_schedule, dead = k_dead}
 for _, name in ipairs({'pending', 'active', 'schedule', 'dead'}) do
