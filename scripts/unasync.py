@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generate the sync shells from the asyncio ones: ``src/emq/queue.py`` (``Queue``) from
-``async_queue.py`` and ``reads.py`` (``Reads``) from ``async_reads.py``.
+``async_queue.py``, ``reads.py`` (``Reads``) from ``async_reads.py`` and ``control.py``
+(``Control``) from ``async_control.py``.
 
 The two shells must not drift apart, so only the asyncio one is written by hand; the sync one
 is this script's output, checked by ``tests/test_seams.py``. The rewrite is by whole tokens
@@ -19,7 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "emq"
-PAIRS = [(PKG / "async_queue.py", PKG / "queue.py"), (PKG / "async_reads.py", PKG / "reads.py")]
+PAIRS = [
+    (PKG / "async_queue.py", PKG / "queue.py"),
+    (PKG / "async_reads.py", PKG / "reads.py"),
+    (PKG / "async_control.py", PKG / "control.py"),
+]
 
 # exact phrases, applied first (docstrings and imports that are not a token swap)
 PHRASES = [
@@ -40,6 +45,15 @@ PHRASES = [
         "Generated from ``async_reads.py`` by ``scripts/unasync.py``: edit that file, then run\n"
         "the script.",
     ),
+    (
+        '"""``AsyncControl``: what ``AsyncQueue`` does to single jobs and schedules',
+        '"""``Control``: what ``Queue`` does to single jobs and schedules',
+    ),
+    (
+        "The sync twin ``Control`` (of :class:`emq.Queue`) is generated from this file.",
+        "Generated from ``async_control.py`` by ``scripts/unasync.py``: edit that file, then run\n"
+        "the script.",
+    ),
     ("import asyncio\n", "import threading\n"),
     ("asyncio.Lock()", "threading.Lock()"),
     ("asyncio.sleep(", "time.sleep("),
@@ -57,6 +71,8 @@ NAMES = {
     "AsyncQueue": "Queue",
     "AsyncReads": "Reads",
     "async_reads": "reads",
+    "AsyncControl": "Control",
+    "async_control": "control",
     "AsyncIterator": "Iterator",
     "Awaitable": "",
     "run_async": "run",
@@ -76,6 +92,8 @@ def unasync(text: str) -> str:
         text = text.replace(old, new)
     for old, new in NAMES.items():
         text = re.sub(rf"\b{re.escape(old)}\b", new, text)
+    # the renames above also hit the source's own name in "Generated from ``async_x.py``"
+    text = re.sub(r"from ``(reads|control)\.py`` by", r"from ``async_\1.py`` by", text)
     # an import list that named a removed type (Awaitable) keeps no empty slot
     text = re.sub(r", ,", ",", text)
     text = text.replace("import (, ", "import (").replace("import , ", "import ")

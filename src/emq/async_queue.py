@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio
 
 from . import durability, scripts
+from .async_control import AsyncControl
 from .async_reads import AsyncReads
 from .calls import Call, Hold, node_lease
 from .config import (
@@ -48,7 +49,7 @@ CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class AsyncQueue(AsyncReads, ShellBase):
+class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
     """A queue on an asyncio redis-py client (``decode_responses=True``)."""
 
     def __init__(

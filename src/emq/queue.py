@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import redis
 
 from . import durability, scripts
+from .control import Control
 from .reads import Reads
 from .calls import Call, Hold, node_lease
 from .config import (
@@ -51,7 +52,7 @@ CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class Queue(Reads, ShellBase):
+class Queue(Control, Reads, ShellBase):
     """A queue on a sync redis-py client (``decode_responses=True``)."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """``Reads``: what ``Queue`` reads without changing anything.
 
-Generated from ``reads.py`` by ``scripts/unasync.py``: edit that file, then run
+Generated from ``async_reads.py`` by ``scripts/unasync.py``: edit that file, then run
 the script.
 
 Counts, rows, listings, lanes, the event stream and a job's history. Each read sees one

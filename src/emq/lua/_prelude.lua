@@ -25,6 +25,10 @@
 -- lanes_flush()         writes what to_pending and lane_release gathered (finish calls it)
 -- known_lanes()         every lane that may hold waiting jobs (ring, later, full, conf),
 --                       the default lane first
+-- tell_waiters(prefix, id, n, outcome, value)  a job ended while n result() callers wait
+--                       on it (its row's 'waiters' field, read by the caller): pushes n
+--                       copies (at most 1,000) of outcome .. '\n' .. value onto done:<id>
+--                       (a LIST kept 60 s); outcome is completed | dead | cancelled
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing'}
@@ -149,6 +153,16 @@ local function lanes_flush()
   if queue_limited then woken = woken + released end
   wake(lane_prefix .. 'wake', woken)
   lane_ready, lane_freed, released = {}, {}, 0
+end
+
+local function tell_waiters(prefix, id, n, outcome, value)
+  n = tonumber(n)
+  if n and n > 0 then
+    local k_done, message, items = prefix .. 'done:' .. id, outcome .. '\n' .. (value or ''), {}
+    for i = 1, math.min(n, 1000) do items[i] = message end
+    redis.call('LPUSH', k_done, unpack(items))
+    redis.call('PEXPIRE', k_done, 60000)
+  end
 end
 
 local function known_lanes()
