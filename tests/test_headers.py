@@ -8,6 +8,7 @@ import pytest
 
 from emq.calls import QueueCore, node_lease
 from emq.records import JobSpec
+from emq.results import await_result
 from emq.scripts import SCRIPTS, parse_header
 
 ID = "JOB0000000000A"
@@ -36,6 +37,7 @@ SAMPLES = {
     "drain": core.drain(10),
     "obliterate": core.obliterate(10, False),
     "node_lease": node_lease(3, "owner", 1000),
+    "await_result": await_result(core, ID, register=True),
 }
 
 

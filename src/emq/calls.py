@@ -186,10 +186,16 @@ class QueueCore:
         return Call("extend", [k.active, k.events], args, _decode_deadlines)
 
     def complete(self, pairs: Iterable[tuple[str, int]]) -> Call[list[Answer]]:
-        """Per job: ``COMPLETED``, ``LOST`` or ``GONE``."""
+        """Per job: ``COMPLETED``, ``LOST`` or ``GONE``. A queue that keeps results or
+        completed jobs keeps these (a result of ``None``): :func:`emq.results.complete`."""
         k = self.keys
-        args = [k.prefix, self._maxlen, *_pairs(pairs)]
-        return Call("complete", [k.active, k.metrics, k.events, k.meta], args, decode_answers)
+        if self.options.result_ttl_ms or self.options.keep_completed:
+            from .results import complete
+
+            return complete(self, [(i, t, None, self.options.result_ttl_ms) for i, t in pairs])
+        args = [k.prefix, self._maxlen, 0, 0, 0, *_pairs(pairs)]
+        keys = [k.active, k.metrics, k.events, k.meta, k.completed]
+        return Call("complete", keys, args, decode_answers)
 
     def fail(
         self,
@@ -224,7 +230,7 @@ class QueueCore:
                 args += [0, ""]
         if len(args) == 2:
             raise InvalidOption("delay needs at least one job")
-        keys = [k.active, k.pending, k.schedule, k.events, k.wake, k.meta]
+        keys = [k.active, k.pending, k.schedule, k.events, k.wake, k.meta, k.dead]
         return Call("delay", keys, args, decode_answers)
 
     def promote(self, limit: int) -> Call[list[str]]:
@@ -241,7 +247,7 @@ class QueueCore:
             "sweep_stalled",
             [k.active, k.pending, k.dead, k.metrics, k.events, k.wake, k.meta],
             [k.prefix, self._maxlen, max_stalled, limit],
-            lambda r: SweepResult(list(r[0]), list(r[1]), list(r[2])),
+            lambda r: SweepResult(list(r[0]), list(r[1]), list(r[2]), list(r[3])),
         )
 
     def redrive(
@@ -259,7 +265,7 @@ class QueueCore:
 
     def remove(self, job_id: str) -> Call[str]:
         k = self.keys
-        keys = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta]
+        keys = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta, k.completed]
         return Call("remove", keys, [k.prefix, self._maxlen, check_id(job_id)], str)
 
     def pause(self, lane: str | None = None) -> Call[bool]:
@@ -305,6 +311,7 @@ class QueueCore:
             k.metrics,
             k.stalled_check,
             k.wake,
+            k.completed,
         ]
         args: list[Arg] = [k.prefix, limit, 1 if force else 0]
         return Call("obliterate", keys, args, lambda r: (int(r[0]), r[1] == 1))

@@ -90,6 +90,8 @@ MAX_STALLED = 2  # the stall count at which the sweep dead-letters a job (0: nev
 SWEEP_LIMIT = 100  # expired leases handled per sweep call
 MAX_ATTEMPTS = 1_000_000
 MAX_DELAY_MS = 10 * 365 * 86_400_000
+MAX_KEEP_MS = 365 * 86_400_000  # the longest a result or a completed job is kept (a year)
+MAX_KEEP_COUNT = 10_000_000  # the most completed jobs keep_completed may retain
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,6 +148,11 @@ class QueueOptions:
     ``durability_replicas``: how many replicas ``"replica"`` waits for (1 by default).
     ``allow_eviction``: run on a server whose ``maxmemory-policy`` may evict keys (it may then
     drop jobs); refused with :class:`~emq.errors.UnsafeServer` unless set.
+    ``result_ttl_ms``: keep a completed job's return value (JSON) for this long, readable with
+    ``Queue.result`` (0: not kept, the default; a handler may ask for its own).
+    ``keep_completed``: ``(max_age_ms, max_count)`` keeps the last ``max_count`` completed jobs
+    readable (``Queue.job``, ``jobs("completed")``) for at most ``max_age_ms``; None (the
+    default) deletes a completed job's row at once. See docs/control.md.
     """
 
     events_maxlen: int = 10_000
@@ -156,6 +163,8 @@ class QueueOptions:
     durability_timeout_ms: int = 5_000
     durability_replicas: int = 1
     allow_eviction: bool = False
+    result_ttl_ms: int = 0
+    keep_completed: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         check_int("events_maxlen", self.events_maxlen, 0)
@@ -172,3 +181,12 @@ class QueueOptions:
             raise InvalidOption(
                 f"allow_eviction must be True or False, got {self.allow_eviction!r}"
             )
+        check_int("result_ttl_ms", self.result_ttl_ms, 0, MAX_KEEP_MS, "ms")
+        if self.keep_completed is not None:
+            keep = self.keep_completed
+            if not isinstance(keep, tuple) or len(keep) != 2:
+                raise InvalidOption(
+                    f"keep_completed must be None or (max_age_ms, max_count), got {keep!r}"
+                )
+            check_int("keep_completed max_age_ms", keep[0], 1, MAX_KEEP_MS, "ms")
+            check_int("keep_completed max_count", keep[1], 1, MAX_KEEP_COUNT)

@@ -25,6 +25,25 @@ class JobNotFound(EmqError):
     """No row exists for the job id."""
 
 
+class JobDead(EmqError):
+    """``Queue.result``: the job ended dead (its attempts spent, a permanent failure, stalled
+    too often); ``error`` is its ``last_error``. Redriving it makes it live again."""
+
+    def __init__(self, message: str, error: str = "") -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class JobCancelled(JobDead):
+    """``Queue.result``: the job was cancelled (it is dead with the ``cancelled`` field);
+    ``error`` is its ``last_error`` (``cancelled`` or ``cancelled: <reason>``)."""
+
+
+class ResultTimeout(EmqError, TimeoutError):
+    """``Queue.result``: the job did not end within ``timeout_s``. It is still live; nothing
+    was changed. Also a builtin :class:`TimeoutError`."""
+
+
 class DuplicateConflict(EmqError):
     """An enqueue reused an existing id with a different name or payload. Nothing was written."""
 

@@ -88,6 +88,16 @@ class QueueKeys:
     def wake(self) -> str:
         return self._k("wake")
 
+    @property
+    def completed(self) -> str:
+        """Kept completed jobs (``keep_completed``), score = completed_at ms."""
+        return self._k("completed")
+
+    def done(self, job_id: str) -> str:
+        """The LIST a job's ``result()`` waiters block on; the caller must have validated
+        the id."""
+        return self._k("done:" + job_id)
+
     def job(self, job_id: str) -> str:
         """The row of ``job_id``; the caller must have validated the id."""
         return self._k("job:" + job_id)

@@ -5,6 +5,7 @@ Plain, immutable values; :mod:`emq.calls` builds them from script replies.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -55,11 +56,14 @@ class Claimed:
 class SweepResult:
     """What one sweep did: ``recovered`` back to pending, ``dead`` dead-lettered, ``missing``
     ids found in ``active`` without their row (evicted or deleted by hand: dropped from the set,
-    counted in the ``missing`` metric, a ``missing`` event each; never silently)."""
+    counted in the ``missing`` metric, a ``missing`` event each; never silently), and
+    ``cancelled`` ids whose lapsed lease was of a job with a cancel requested: dead, cancelled,
+    never recovered (not counted as a stall)."""
 
     recovered: list[str] = field(default_factory=list)
     dead: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
 
 
 class Claims(list[Claimed]):
@@ -82,7 +86,9 @@ class Claims(list[Claimed]):
 class Answer(StrEnum):
     """The closed set of per-job answers of the finishing scripts (``ANSWER`` in
     ``lua/_prelude.lua``). ``LOST``: the job exists but the token no longer holds its lease;
-    ``GONE``: the job has no row (completed, or removed)."""
+    ``GONE``: the job has no row (completed, or removed); ``CANCELLED``: the job was cancelled
+    (``Queue.cancel``): it is dead with its row's ``cancelled`` set, or (extend) its worker
+    should stop it."""
 
     COMPLETED = "completed"
     LOST = "lost"
@@ -90,6 +96,7 @@ class Answer(StrEnum):
     PENDING = "pending"
     SCHEDULED = "scheduled"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +120,27 @@ class Job:
     def lane(self) -> str | None:
         """The job's lane, None for the default lane."""
         return self.fields.get("lane") or None
+
+    @property
+    def cancelled(self) -> str | None:
+        """The reason a cancelled job was given (may be ""), None unless it was cancelled;
+        a cancelled job is ``dead`` (docs/control.md, Cancellation)."""
+        return self.fields.get("cancelled")
+
+    @property
+    def cancel_requested(self) -> str | None:
+        """The reason of a cancel asked for while the job is leased (its worker has not
+        reacted yet), None if none is pending."""
+        return self.fields.get("cancel")
+
+    @property
+    def result(self) -> Any:
+        """A kept completed job's return value (decoded JSON); None if none was kept."""
+        text = self.fields.get("result")
+        return None if text is None else json.loads(text)
+
+    @property
+    def completed_at(self) -> int | None:
+        """When a kept completed job completed (server ms); None for any other job."""
+        at = self.fields.get("completed_at")
+        return None if at is None else int(at)

@@ -3,7 +3,9 @@
 -- Records a failed attempt for jobs whose lease the caller still holds. While attempts <
 -- max_attempts and retry = 1 the job waits in schedule (server clock) for
 -- min(cap_ms, base_ms * factor^(attempts-1)) * (1 - draw), evaluated on the row's own
--- attempts; otherwise it is dead-lettered with last_error. Safety belt: the same fence as complete (in active,
+-- attempts; otherwise it is dead-lettered with last_error. A job whose row has 'cancel' (a
+-- cancel asked for while it was leased) is never retried: it ends dead, cancelled (prelude
+-- to_cancelled), whatever the caller asked. Safety belt: the same fence as complete (in active,
 -- unexpired, token equal); a stale worker's failure changes nothing.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
@@ -17,11 +19,12 @@
 -- ARGV[3..] (id, token, error, retry, base_ms, cap_ms, factor, draw)*  one group per job;
 --           retry 1 = may retry, 0 = dead now; base_ms and cap_ms in ms; factor 1 = fixed,
 --           2 = exponential; draw in [0, 1) is the jitter fraction taken off the delay
--- Returns: array, per job: 'scheduled' | 'dead' | 'lost' (a lease_lost event is appended) |
+-- Returns: array, per job: 'scheduled' | 'dead' | 'cancelled' (its row has a cancel: dead,
+--   cancelled, never retried; see cancel.lua) | 'lost' (a lease_lost event is appended) |
 --   'gone' (no row: completed or removed)
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
---   events:archived STRING (read only)
+--   done:<id> LIST (result() waiters of a dead job), events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_schedule = KEYS[2]
 local k_dead = KEYS[3]
@@ -43,7 +46,7 @@ for i = 3, #ARGV, 8 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
-    'stalled', 'lane')
+    'stalled', 'lane', 'waiters', 'cancel')
   if not f[1] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
@@ -51,7 +54,10 @@ for i = 3, #ARGV, 8 do
     lane_release(f[7], id)
     redis.call('HINCRBY', k_metrics, 'failed', 1)
     local attempts = tonumber(f[2])
-    if retry == '1' and attempts < tonumber(f[3]) then
+    if f[9] then  -- a cancel was requested: no retry, whatever the caller asked
+      to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2], f[8], now)
+      out[#out + 1] = ANSWER.cancelled
+    elseif retry == '1' and attempts < tonumber(f[3]) then
       local delay = math.min(cap, base * factor ^ math.max(0, attempts - 1))
       delay = math.floor(delay * (1 - draw))
       redis.call('HSET', row, 'state', 'scheduled', 'last_error', err)
@@ -62,6 +68,7 @@ for i = 3, #ARGV, 8 do
       redis.call('HSET', row, 'state', 'dead', 'last_error', err, 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       redis.call('HINCRBY', k_metrics, 'dead', 1)
+      if f[8] then tell_waiters(prefix, id, f[8], 'dead', err) end
       out[#out + 1] = ANSWER.dead
       emit('event', 'dead', 'job', id, 'attempts', f[2], 'error', err, 'name', f[4],
         'payload', f[5], 'stalled', f[6])

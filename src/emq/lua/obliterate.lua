@@ -1,7 +1,8 @@
 -- obliterate: every location -> (queue deleted)
 --
 -- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets
--- (every lane's waiting set included); the call that finds them all empty also deletes
+-- (every lane's waiting set and the kept completed jobs included; each job's done:<id>
+-- list with it); the call that finds them all empty also deletes
 -- events (with the archive's watermark and lease), meta (limits, lane mode), metrics,
 -- stalled-check, wake, the claim logs and every lane's keys. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
 -- with its row and dedup key; the caller repeats until done = 1.
@@ -15,12 +16,13 @@
 -- KEYS[7] metrics        HASH    counters
 -- KEYS[8] stalled-check  STRING  the sweep guard
 -- KEYS[9] wake           LIST    wake-up tokens
+-- KEYS[10] completed     ZSET    kept completed jobs
 -- ARGV[1] prefix         string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] limit          integer most jobs to delete in this call, 1..10000
 -- ARGV[3] force          integer 1 = delete leased jobs too
 -- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain}
 -- Errors: EMQSTATE when jobs are leased and force = 0
--- Derives: job:<id> HASH, de:<dedup> STRING, events:archived STRING and events:archiver STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, done:<id> LIST, events:archived STRING and events:archiver STRING
 --   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
 --   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET
@@ -33,6 +35,7 @@ local k_meta = KEYS[6]
 local k_metrics = KEYS[7]
 local k_stalled_check = KEYS[8]
 local k_wake = KEYS[9]
+local k_completed = KEYS[10]
 local prefix = ARGV[1]
 local limit = tonumber(ARGV[2])
 local force = ARGV[3]
@@ -43,7 +46,7 @@ if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
   return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
 end
 local removed = 0
-local sets = {k_pending, k_active, k_schedule, k_dead}
+local sets = {k_pending, k_active, k_schedule, k_dead, k_completed}
 local lanes = {}
 if lane_mode then
   lanes = known_lanes()
@@ -61,7 +64,7 @@ for _, set in ipairs(sets) do
       if set == k_active and lane_mode then
         redis.call('SREM', lane_key(lane_of(f[2]), 'active'), id)
       end
-      redis.call('DEL', row)
+      redis.call('DEL', row, prefix .. 'done:' .. id)
       redis.call('ZREM', set, id)
     end
     removed = removed + #ids

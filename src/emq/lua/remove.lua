@@ -1,9 +1,9 @@
--- remove: pending | active | schedule | dead -> (removed: row deleted)
+-- remove: pending | active | schedule | dead | completed (kept) -> (removed: row deleted)
 --
--- Deletes one job wherever it is. A worker holding its lease gets LeaseLost on its next
--- extend or complete. Safety belt: the id leaves every location set (its lane's waiting set
--- and, if leased, its lane's active set, freeing the slot) and its row and dedup key in this
--- one step.
+-- Deletes one job wherever it is, a kept completed job too (its result with it). A worker
+-- holding its lease gets LeaseLost on its next extend or complete. Safety belt: the id leaves
+-- every location set (its lane's waiting set and, if leased, its lane's active set, freeing
+-- the slot) and its row and dedup key in this one step; result() waiters are told 'removed'.
 --
 -- KEYS[1] pending    ZSET    waiting jobs
 -- KEYS[2] active     ZSET    leased jobs
@@ -11,19 +11,23 @@
 -- KEYS[4] dead       ZSET    dead jobs
 -- KEYS[5] events     STREAM  lifecycle events
 -- KEYS[6] meta       HASH    queue flags (lanes, vtime, concurrency)
+-- KEYS[7] completed  ZSET    kept completed jobs
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] id         string  the job to remove
--- Returns: the location it was removed from: 'pending' | 'active' | 'schedule' | 'dead'
+-- Returns: where it was removed from: 'pending' | 'active' | 'schedule' | 'dead' |
+--   'completed' (a kept completed job)
 -- Errors: EMQNOJOB <id> when no row exists
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lane:<L>:active SET,
---   lanes:full SET, lanes:ring ZSET, wake LIST, events:archived STRING (read only)
+--   lanes:full SET, lanes:ring ZSET, wake LIST, done:<id> LIST (result() waiters),
+--   events:archived STRING (read only)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
 local k_dead = KEYS[4]
 local k_events = KEYS[5]
 local k_meta = KEYS[6]
+local k_completed = KEYS[7]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local id = ARGV[3]
@@ -32,7 +36,7 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local row = prefix .. 'job:' .. id
-local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane')
+local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane', 'state', 'waiters')
 if not f[1] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
 local where = ''
 local lane = lane_of(f[3])
@@ -41,7 +45,12 @@ local sets = {pending = lane_pending_key(k_pending, lane), active = k_active,
 for _, name in ipairs({'pending', 'active', 'schedule', 'dead'}) do
   if redis.call('ZREM', sets[name], id) == 1 then where = name end
 end
+if f[4] == 'completed' then
+  redis.call('ZREM', k_completed, id)
+  where = 'completed'
+end
 if where == 'active' then lane_release(f[3], id) end
+if f[5] then tell_waiters(prefix, id, f[5], 'removed', '') end
 if f[2] and redis.call('GET', prefix .. 'de:' .. f[2]) == id then
   redis.call('DEL', prefix .. 'de:' .. f[2])
 end

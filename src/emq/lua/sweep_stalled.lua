@@ -1,4 +1,4 @@
--- sweep_stalled: active (expired lease) -> pending | dead
+-- sweep_stalled: active (expired lease) -> pending | dead (stalled too often, or cancelled)
 --
 -- The stalled recovery. Detect (deadline <= now, server clock), move and count happen in this
 -- one step, so two overlapping sweeps can never both recover one lease: the second finds the
@@ -13,7 +13,7 @@
 -- KEYS[1] active       ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] pending      ZSET    waiting jobs, score = priority
 -- KEYS[3] dead         ZSET    dead jobs, score = ms of death
--- KEYS[4] metrics      HASH    counters (recovered, dead)
+-- KEYS[4] metrics      HASH    counters (recovered, dead, cancelled)
 -- KEYS[5] events       STREAM  lifecycle events
 -- KEYS[6] wake         LIST    wake-up tokens for parked workers
 -- KEYS[7] meta         HASH    queue flags (lanes, vtime, concurrency)
@@ -21,11 +21,14 @@
 -- ARGV[2] maxlen       integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] max_stalled  integer stall count at which a job is dead-lettered; 0 = never
 -- ARGV[4] limit        integer most expired leases to handle in this call, 1..10000
--- Returns: three arrays: {recovered ids}, {dead ids}, {missing ids: found without their row,
---          dropped from active, counted in metrics 'missing', a 'missing' event each}
+-- Returns: four arrays: {recovered ids}, {dead ids}, {missing ids: found without their row,
+--          dropped from active, counted in metrics 'missing', a 'missing' event each},
+--          {cancelled ids: their row has 'cancel' (cancel.lua): dead, cancelled (prelude
+--          to_cancelled), not counted as a stall, never recovered}
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
---   lanes:full SET, events:archived STRING (read only)
+--   lanes:full SET, done:<id> LIST (result() waiters of a dead job), events:archived STRING
+--   (read only)
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_dead = KEYS[3]
@@ -42,19 +45,24 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local now = server_ms()
-local recovered, dead, missing = {}, {}, {}
+local recovered, dead, missing, cancelled = {}, {}, {}, {}
 local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane')
-  if f[1] then
+  local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel')
+  if f[1] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
+    lane_release(f[3], id)
+    to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', f[1], f[4], now)
+    cancelled[#cancelled + 1] = id
+  elseif f[1] then
     lane_release(f[3], id)
     local stalled = redis.call('HINCRBY', row, 'stalled', 1)
     if max_stalled > 0 and stalled >= max_stalled then
       redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       dead[#dead + 1] = id
+      if f[4] then tell_waiters(prefix, id, f[4], 'dead', 'stalled') end
       local story = redis.call('HMGET', row, 'name', 'payload')
       emit('event', 'dead', 'job', id, 'attempts', f[1], 'error', 'stalled',
         'stalled', stalled, 'name', story[1], 'payload', story[2])
@@ -82,4 +90,4 @@ if #recovered > 0 then
   wake(k_wake, #recovered)
 end
 if #dead > 0 then redis.call('HINCRBY', k_metrics, 'dead', #dead) end
-return finish({recovered, dead, missing})
+return finish({recovered, dead, missing, cancelled})

@@ -1,0 +1,42 @@
+-- await_result: (no move) -> the outcome of an ended job, or a result() waiter counted
+--
+-- Queue.result's check: reads the job's row and, if the job has not ended, counts the caller
+-- as a waiter (HINCRBY waiters 1) in this same step, so the script that ends the job later
+-- (complete, fail, sweep_stalled, cancel, remove) reads the count and pushes the outcome onto
+-- done:<id> for the caller's BLPOP. Safety belt: a live job's done:<id> can only hold
+-- messages of an earlier end (the job was redriven since): they are deleted, so a waiter
+-- never takes an old outcome for the new one. A job whose row is gone (completed without
+-- keeping it, removed, expired) answers the message a waiter was sent, if one is left.
+--
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] id         string  the job
+-- ARGV[3] register   integer 1 = count the caller as a waiter; 0 = a re-check after a BLPOP
+--                            slice: count it only if the row shows no waiter (a restart
+--                            lost the count)
+-- Returns: {'completed', result JSON text or '' (not kept)} | {'dead', last_error} |
+--   {'cancelled', last_error} | {'told', 'outcome\nvalue'} (a message left on done:<id>) |
+--   {'missing'} (no row) | {'waiting', state}
+-- Errors: none
+-- Derives: job:<id> HASH, done:<id> LIST
+local prefix = ARGV[1]
+local id = ARGV[2]
+local register = ARGV[3]
+
+local row = prefix .. 'job:' .. id
+local k_done = prefix .. 'done:' .. id
+local f = redis.call('HMGET', row, 'state', 'result', 'last_error', 'cancelled', 'waiters')
+if not f[1] then
+  local told = redis.call('LPOP', k_done)
+  if told then return {'told', told} end
+  return {'missing'}
+end
+if f[1] == 'completed' then return {'completed', f[2] or ''} end
+if f[1] == 'dead' then
+  if f[4] then return {'cancelled', f[3] or ''} end
+  return {'dead', f[3] or ''}
+end
+if register == '1' or (tonumber(f[5]) or 0) < 1 then
+  redis.call('HINCRBY', row, 'waiters', 1)
+end
+redis.call('DEL', k_done)
+return {'waiting', f[1]}
