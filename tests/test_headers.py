@@ -7,6 +7,7 @@ import re
 import pytest
 
 from emq.calls import QueueCore, node_lease
+from emq.cancel import cancel_call
 from emq.records import JobSpec
 from emq.results import await_result
 from emq.scripts import SCRIPTS, parse_header
@@ -37,6 +38,7 @@ SAMPLES = {
     "drain": core.drain(10),
     "obliterate": core.obliterate(10, False),
     "node_lease": node_lease(3, "owner", 1000),
+    "cancel": cancel_call(core, ID, "why"),
     "await_result": await_result(core, ID, register=True),
 }
 

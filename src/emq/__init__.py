@@ -8,8 +8,10 @@ before acknowledging it (see docs/guarantees.md).
 from typing import TYPE_CHECKING, Any
 
 from .async_queue import AsyncQueue
+from .cancel import Cancel
 from .config import Backoff, QueueOptions
 from .errors import (
+    CancelRequested,
     DuplicateConflict,
     EmqError,
     InvalidId,
@@ -41,6 +43,8 @@ __all__ = [
     "Archive",
     "AsyncQueue",
     "Backoff",
+    "Cancel",
+    "CancelRequested",
     "Claimed",
     "Claims",
     "DuplicateConflict",

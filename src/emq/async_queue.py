@@ -27,7 +27,7 @@ from .config import (
     QueueOptions,
     check_url,
 )
-from .errors import EmqError, InvalidOption
+from .errors import CancelRequested, EmqError, InvalidOption
 from .lanes import Rate
 from .records import Answer, Claims, EnqueuedId, JobSpec, SweepResult
 from .shell import (
@@ -214,9 +214,12 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         return await self._run(self.core.claim(count, lease_ms, request))
 
     async def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
-        """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost."""
+        """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost, or
+        CancelRequested (the lease was extended, but the job was cancelled: stop and fail it)."""
         (deadline,) = await self._run(self.core.extend([(job_id, token)], lease_ms))
         expect(deadline, job_id, "extend")
+        if deadline == Answer.CANCELLED:
+            raise CancelRequested(f"job {job_id} was cancelled: stop it and fail it")
         return int(cast(int, deadline))
 
     async def extend_many(
@@ -245,7 +248,8 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         backoff: Backoff | None = None,
         delay_ms: int | None = None,
     ) -> str:
-        """Record a failed attempt: returns ``"scheduled"`` or ``"dead"``, or raises LeaseLost."""
+        """Record a failed attempt: returns ``"scheduled"`` or ``"dead"`` (``"cancelled"``:
+        a cancel was requested, so it is dead, cancelled, never retried), or raises LeaseLost."""
         if delay_ms is not None:
             backoff = Backoff.exactly(delay_ms)
         (where,) = await self._run(self.core.fail([(job_id, token, error, retry, backoff)]))
@@ -258,7 +262,8 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         return await self._run(self.core.fail(items))
 
     async def delay(self, job_id: str, token: int, delay_ms: int = 0) -> str:
-        """Give a lease back without spending an attempt: ``"pending"`` or ``"scheduled"``."""
+        """Give a lease back without spending an attempt: ``"pending"`` or ``"scheduled"``
+        (``"cancelled"``: a cancel was requested, so it is dead, cancelled, not given back)."""
         (where,) = await self._run(self.core.delay([(job_id, token, delay_ms)]))
         expect(where, job_id, "delay")
         return str(where)
@@ -289,7 +294,8 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             total.recovered.extend(r.recovered)
             total.dead.extend(r.dead)
             total.missing.extend(r.missing)
-            if len(r.recovered) + len(r.dead) + len(r.missing) < limit:
+            total.cancelled.extend(r.cancelled)
+            if len(r.recovered) + len(r.dead) + len(r.missing) + len(r.cancelled) < limit:
                 return total
 
     async def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:

@@ -44,6 +44,11 @@ class ResultTimeout(EmqError, TimeoutError):
     was changed. Also a builtin :class:`TimeoutError`."""
 
 
+class CancelRequested(EmqError):
+    """``Queue.extend``: the job's lease was extended, but a cancel was asked for
+    (``Queue.cancel``): stop the job and ``fail`` it; it then ends dead, cancelled."""
+
+
 class DuplicateConflict(EmqError):
     """An enqueue reused an existing id with a different name or payload. Nothing was written."""
 

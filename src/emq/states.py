@@ -49,4 +49,10 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
         frozenset(),
     ),
     "drain": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset()),
+    # waiting or scheduled -> dead (cancelled); active stays active with a cancel requested
+    # (its worker's fail, or the sweep, then makes it dead: see fail and sweep_stalled)
+    "cancel": (
+        frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.ACTIVE}),
+        frozenset({JobState.DEAD, JobState.ACTIVE}),
+    ),
 }

@@ -16,8 +16,20 @@
 --                       meta's concurrency and the other fields named, in order
 -- lanes_on(k_pending)   turns lane mode on: today's leased jobs join the default lane's
 --                       active set, and the default lane joins the ring if it has work
--- to_pending(k_pending, id, priority, lane)  puts a job into its lane's waiting set (and
---                       its lane into the ring, at finish); lane is the row's field or false
+-- to_pending(k_pending, id, priority, lane, lifo)  puts a job into its lane's waiting set
+--                       (and its lane into the ring, at finish); lane is the row's field or
+--                       false; lifo is the row's 'lifo' field: '1' gives it a fresh lifo score
+-- lifo_seq(n)           takes n numbers of the queue's lifo counter (meta lifo_seq, one
+--                       HINCRBY) and returns the first
+-- lifo_score(priority, seq)  a lifo job's score: priority - seq / 2^41 (seq capped at
+--                       2^40 - 1), ahead of the FIFO jobs of its priority (score = priority),
+--                       the newest lifo job first, never past the next priority; written
+--                       with '%.17g' so the server parses back the exact double
+-- waiting_job(k_pending, k_schedule, id, ...)  the safety belt of an edit of a waiting job:
+--                       reads the row's state, lane and the fields named; returns where
+--                       ('pending' | 'schedule', its id really in that set), the lane's name
+--                       and the fields (a table), or false and the error reply to return
+--                       (EMQNOJOB; EMQNOTWAITING naming the state)
 -- lane_of(field)       a row's lane field (false or '' for the default lane) -> lane name
 -- lane_key(lane, what)  a key of one lane: lane:<L>:pending | active | rate
 -- lane_release(lane, id)  a leased job of lane leaves active: its slot is freed (one SREM
@@ -29,9 +41,16 @@
 --                       on it (its row's 'waiters' field, read by the caller): pushes n
 --                       copies (at most 1,000) of outcome .. '\n' .. value onto done:<id>
 --                       (a LIST kept 60 s); outcome is completed | dead | cancelled
+-- to_cancelled(prefix, k_dead, k_metrics, id, reason, from, attempts, waiters, now)
+--                       a job with a cancel ends (cancel, or fail / delay / sweep of a job
+--                       whose row has 'cancel'): the caller has taken it out of its set; here
+--                       it joins dead with cancelled = reason, last_error 'cancelled' or
+--                       'cancelled: <reason>', died_at = now, its 'cancel' field dropped;
+--                       metrics cancelled + 1, a 'cancelled' event (from = where it was),
+--                       result() waiters told 'cancelled'
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
-  scheduled = 'scheduled', dead = 'dead', missing = 'missing'}
+  scheduled = 'scheduled', dead = 'dead', missing = 'missing', cancelled = 'cancelled'}
 
 local function server_ms()
   local t = redis.call('TIME')
@@ -100,8 +119,19 @@ local function lanes_on(k_pending)
   if redis.call('ZCARD', k_pending) > 0 then lane_ready[DEFAULT_LANE] = true end
 end
 
-local function to_pending(k_pending, id, priority, lane)
+local LIFO_STEP, LIFO_MAX = 2 ^ -41, 2 ^ 40 - 1
+
+local function lifo_seq(n)
+  return redis.call('HINCRBY', lane_prefix .. 'meta', 'lifo_seq', n) - n + 1
+end
+
+local function lifo_score(priority, seq)
+  return string.format('%.17g', tonumber(priority) - math.min(seq, LIFO_MAX) * LIFO_STEP)
+end
+
+local function to_pending(k_pending, id, priority, lane, lifo)
   lane = lane_of(lane)
+  if lifo == '1' then priority = lifo_score(priority, lifo_seq(1)) end
   if not lane_mode then
     if lane == DEFAULT_LANE then
       redis.call('ZADD', k_pending, priority, id)
@@ -163,6 +193,36 @@ local function tell_waiters(prefix, id, n, outcome, value)
     redis.call('LPUSH', k_done, unpack(items))
     redis.call('PEXPIRE', k_done, 60000)
   end
+end
+
+local function to_cancelled(prefix, k_dead, k_metrics, id, reason, from, attempts, waiters, now)
+  local row = prefix .. 'job:' .. id
+  local err = 'cancelled'
+  if reason ~= '' then err = err .. ': ' .. reason end
+  redis.call('HSET', row, 'state', 'dead', 'cancelled', reason, 'last_error', err,
+    'died_at', now)
+  redis.call('HDEL', row, 'cancel')
+  redis.call('ZADD', k_dead, now, id)
+  redis.call('HINCRBY', k_metrics, 'cancelled', 1)
+  emit('event', 'cancelled', 'job', id, 'from', from, 'reason', reason, 'attempts', attempts)
+  tell_waiters(prefix, id, waiters, 'cancelled', err)
+end
+
+local function waiting_job(k_pending, k_schedule, id, ...)
+  local f = redis.call('HMGET', lane_prefix .. 'job:' .. id, 'state', 'lane', ...)
+  if not f[1] then return false, redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
+  local lane = lane_of(f[2])
+  local where = false
+  if f[1] == 'pending' and redis.call('ZSCORE', lane_pending_key(k_pending, lane), id) then
+    where = 'pending'
+  elseif f[1] == 'scheduled' and redis.call('ZSCORE', k_schedule, id) then
+    where = 'schedule'
+  end
+  if not where then
+    return false, redis.error_reply('EMQNOTWAITING ' .. id .. ' is ' .. f[1] ..
+      ', not pending or scheduled: nothing was changed')
+  end
+  return where, lane, {unpack(f, 3)}
 end
 
 local function known_lanes()

@@ -1,11 +1,12 @@
--- delay: active -> pending | schedule, without spending an attempt
+-- delay: active -> pending | schedule, without spending an attempt (| dead, if cancelled)
 --
 -- Gives leases back: a worker shutting down returns jobs it claimed but never started, or a
 -- handler asks to run later, or raised RateLimited: then its lane (or the whole queue) is
 -- also held, so no claim serves it for hold_ms, fleet-wide. The attempt the claim counted is
 -- taken back with HINCRBY -1; the token is not, so tokens stay strictly increasing. Safety
 -- belt: the same fence as complete (in active, unexpired, token equal); the job goes back to
--- its own lane.
+-- its own lane. A job whose row has 'cancel' (cancel.lua) is not given back: it ends dead,
+-- cancelled (prelude to_cancelled), keeping the attempt it had.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] pending    ZSET    waiting jobs, score = priority
@@ -13,22 +14,26 @@
 -- KEYS[4] events     STREAM  lifecycle events
 -- KEYS[5] wake       LIST    wake-up tokens for parked workers
 -- KEYS[6] meta       HASH    queue flags (lanes, vtime, concurrency, held_until)
+-- KEYS[7] dead       ZSET    dead jobs, score = ms of death (a cancelled job goes there)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3..] (id, token, delay_ms, hold_ms, hold)*  one group per job; delay_ms 0 = back to
 --           pending now; hold_ms > 0 holds the lane named by hold ('*' = the whole queue)
 --           until now + hold_ms (a longer hold already set is kept)
--- Returns: array, per job: 'pending' | 'scheduled' | 'lost' (a lease_lost event is appended) |
---   'gone' (no row: completed or removed)
+-- Returns: array, per job: 'pending' | 'scheduled' | 'cancelled' (its row has a cancel:
+--   dead, cancelled, not given back; a hold asked for still applies) | 'lost' (a lease_lost
+--   event is appended) | 'gone' (no row: completed or removed)
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
---   lanes:later ZSET, lanes:full SET, events:archived STRING (read only)
+--   lanes:later ZSET, lanes:full SET, metrics HASH (cancelled), done:<id> LIST,
+--   events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_schedule = KEYS[3]
 local k_events = KEYS[4]
 local k_wake = KEYS[5]
 local k_meta = KEYS[6]
+local k_dead = KEYS[7]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 
@@ -44,9 +49,16 @@ for i = 3, #ARGV, 5 do
   local hold_ms, hold = tonumber(ARGV[i + 3]), ARGV[i + 4]
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'token', 'priority', 'lane')
+  local f = redis.call('HMGET', row, 'token', 'priority', 'lane', 'cancel', 'waiters',
+    'attempts', 'lifo')
   if not f[1] then
     out[#out + 1] = ANSWER.gone
+  elseif score and tonumber(score) > now and f[1] == token and f[4] then
+    redis.call('ZREM', k_active, id)  -- a cancel was requested: it is not given back
+    lane_release(f[3], id)
+    if hold_ms > 0 then holds[hold] = math.max(holds[hold] or 0, now + hold_ms) end
+    to_cancelled(prefix, k_dead, prefix .. 'metrics', id, f[4], 'active', f[6], f[5], now)
+    out[#out + 1] = ANSWER.cancelled
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     lane_release(f[3], id)
@@ -58,7 +70,7 @@ for i = 3, #ARGV, 5 do
       out[#out + 1] = ANSWER.scheduled
     else
       redis.call('HSET', row, 'state', 'pending')
-      to_pending(k_pending, id, f[2], f[3])
+      to_pending(k_pending, id, f[2], f[3], f[7])
       ready = ready + 1
       out[#out + 1] = ANSWER.pending
     end

@@ -11,8 +11,10 @@
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] lease_ms   integer new lease length from now, ms, > 0
 -- ARGV[4..] (id, token)*  one pair per job
--- Returns: array, per job: the new deadline ms | 'lost' (the job exists but this token no
---          longer holds its lease: a lease_lost event is appended) | 'gone' (no row: the job
+-- Returns: array, per job: the new deadline ms | 'cancelled' (extended all the same, but a
+--          cancel was requested (cancel.lua): the worker should stop the job and fail it,
+--          which fail.lua turns into a cancelled dead job) | 'lost' (the job exists but this
+--          token no longer holds its lease: a lease_lost event is appended) | 'gone' (no row: the job
 --          was completed, for instance by an ack that crossed this heartbeat, or removed; no
 --          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
@@ -30,12 +32,17 @@ local out = {}
 for i = 4, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local score = redis.call('ZSCORE', k_active, id)
-  local held = redis.call('HGET', prefix .. 'job:' .. id, 'token')
+  local f = redis.call('HMGET', prefix .. 'job:' .. id, 'token', 'cancel')
+  local held = f[1]
   if not held then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and held == token then
     redis.call('ZADD', k_active, 'XX', now + lease_ms, id)
-    out[#out + 1] = now + lease_ms
+    if f[2] then
+      out[#out + 1] = ANSWER.cancelled  -- extended, and the worker is told to stop it
+    else
+      out[#out + 1] = now + lease_ms
+    end
   else
     out[#out + 1] = ANSWER.lost
     emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'extend')

@@ -4,7 +4,8 @@
 -- given. attempts and stalled are reset to 0 unless keep_counters = 1 (the token is never
 -- reset, so a stale worker's old token can not match a later lease). Safety belt: an id not
 -- in dead at this instant is skipped, so a concurrent redrive or remove moves nothing twice;
--- each job goes back to its own lane.
+-- each job goes back to its own lane. A cancelled job (cancel.lua) is redriven like any other:
+-- its 'cancelled' and 'cancel' fields are dropped, so it runs normally.
 --
 -- KEYS[1] dead           ZSET    dead jobs, score = ms of death
 -- KEYS[2] pending        ZSET    waiting jobs, score = priority
@@ -43,12 +44,12 @@ local out = {}
 for _, id in ipairs(ids) do
   local row = prefix .. 'job:' .. id
   if redis.call('ZREM', k_dead, id) == 1 then
-    local f = redis.call('HMGET', row, 'priority', 'lane')
+    local f = redis.call('HMGET', row, 'priority', 'lane', 'lifo')
     if f[1] then
       if keep_counters ~= '1' then redis.call('HSET', row, 'attempts', 0, 'stalled', 0) end
       redis.call('HSET', row, 'state', 'pending')
-      redis.call('HDEL', row, 'died_at')
-      to_pending(k_pending, id, f[1], f[2])
+      redis.call('HDEL', row, 'died_at', 'cancel', 'cancelled')  -- a cancelled job runs again
+      to_pending(k_pending, id, f[1], f[2], f[3])
       out[#out + 1] = id
       emit('event', 'redriven', 'job', id, 'attempts', redis.call('HGET', row, 'attempts'))
     end
