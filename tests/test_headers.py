@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from emq import edits
+from emq import repeats as rep
 from emq.calls import QueueCore, node_lease
 from emq.cancel import cancel_call
 from emq.records import JobSpec
@@ -25,7 +27,7 @@ SAMPLES = {
     "complete": core.complete([(ID, 1), (ID, 2)]),
     "fail": core.fail([(ID, 1, "x", True, None), (ID, 2, "y", False, None)]),
     "delay": core.delay([(ID, 1, 0), (ID, 2, 5, 100, "tenant-1")]),
-    "promote": core.promote(10),
+    "promote": core.promote_due(10),
     "sweep_stalled": core.sweep_stalled(2, 100),
     "redrive": core.redrive([ID, ID], False),
     "remove": core.remove(ID),
@@ -40,6 +42,17 @@ SAMPLES = {
     "node_lease": node_lease(3, "owner", 1000),
     "cancel": cancel_call(core, ID, "why"),
     "await_result": await_result(core, ID, register=True),
+    "promote_job": edits.promote(core, ID),
+    "reschedule": edits.reschedule(core, ID, 100),
+    "set_priority": edits.set_priority(core, ID, -3),
+    "update_payload": edits.update_payload(core, ID, {"b": 2}),
+    "progress": edits.progress(core, [(ID, 1, "0.5"), (ID, 2, '{"done": 3}')]),
+    "set_repeat": rep.set_repeat(
+        core, rep.repeat_spec(core, "nightly", "send", every_ms=9), 1_800_000_000_000
+    ),
+    "unrepeat": rep.unrepeat(core, "nightly"),
+    "due_repeats": rep.due_repeats(core),
+    "fire_repeats": rep.fire_repeats(core, [("a", "1", 5, 5, 9, 0), ("b", "2", 5, 7, 9, 1)]),
 }
 
 

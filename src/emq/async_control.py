@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio
 
-from . import results, scripts
+from . import edits, results, scripts
+from . import repeats as rep
 from .calls import Call, QueueCore
 from .cancel import Cancel, cancel_call
-from .errors import ResultTimeout
+from .errors import EmqError, ResultTimeout
 from .records import Answer
-from .shell import expect
+from .shell import BULK_FLOOR, ShellBase, expect
 
 
 class AsyncControl:
@@ -33,7 +34,96 @@ class AsyncControl:
     async def _run(self, call: Call[Any]) -> Any:  # provided by AsyncQueue
         raise NotImplementedError
 
+    async def _bulk_limit(self) -> int | None:  # provided by AsyncQueue
+        raise NotImplementedError
+
     # -- repeating jobs and cron (emq.repeats) ---------------------------------------------
+
+    async def repeat(
+        self,
+        key: str,
+        name: str,
+        payload: Any = None,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        lane: str | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        start_at_ms: int | None = None,
+        catch_up: str = "latest",
+    ) -> rep.Repeat:
+        """Register (or update) the repeating schedule ``key``: a job ``name(payload)`` at
+        every tick, ``every_ms`` (ticks at ``start_at_ms + k * every_ms``, anchored at 0 when
+        no start is given) or ``cron`` (five fields, in time zone ``tz``). Idempotent: the same
+        spec again changes nothing, not even its next tick. ``catch_up``: after a downtime,
+        ``"latest"`` fires only the latest missed tick, ``"all"`` every one (1,000 a call).
+        Bad input is refused before anything is written. Returns the schedule as stored;
+        docs/control.md says exactly when a tick fires."""
+        spec = rep.repeat_spec(
+            self.core, key, name, payload, every_ms=every_ms, cron=cron, tz=tz, lane=lane,
+            priority=priority, max_attempts=max_attempts, start_at_ms=start_at_ms,
+            catch_up=catch_up,
+        )  # fmt: skip
+        last_tick = 0
+        for _ in range(5):  # a retry only when a tick fired between the read and the write
+            with scripts.translated():
+                seconds, micros = await self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            outcome, at_ms = await self._run(
+                rep.set_repeat(self.core, spec, spec.first_tick(now_ms, last_tick))
+            )
+            if outcome >= 0:
+                break
+            last_tick = at_ms
+        else:
+            raise EmqError(f"schedule {key} kept firing while it was being updated; try again")
+        (found,) = await self._repeat_rows([key])
+        if found is None:
+            raise EmqError(f"schedule {key} was removed while it was being registered")
+        return found
+
+    async def unrepeat(self, key: str) -> bool:
+        """Remove the schedule ``key``: no tick of it fires after this returns (jobs it
+        made stay). False if there was none."""
+        return bool(await self._run(rep.unrepeat(self.core, key)))
+
+    async def repeats(self) -> list[rep.Repeat]:
+        """Every schedule of this queue, soonest next tick first."""
+        with scripts.translated():
+            keys = await self.client.zrange(self.core.keys.repeats, 0, -1)
+        return [r for r in await self._repeat_rows(cast(list[str], keys)) if r is not None]
+
+    async def _repeat_rows(self, keys: list[str]) -> list[rep.Repeat | None]:
+        if not keys:
+            return []
+        with scripts.translated():
+            async with self.client.pipeline(transaction=True) as p:
+                for key in keys:
+                    p.hgetall(self.core.keys.repeat(key))
+                rows = await p.execute()
+        return [rep.decode_repeat(key, row) for key, row in zip(keys, rows, strict=True)]
+
+    async def fire_repeats(self, limit: int = rep.DUE_LIMIT) -> rep.Fired:
+        """One round of firing: every due tick of up to ``limit`` due schedules becomes a
+        job, in two round trips (one, a cheap read, when nothing is due). Any number of
+        callers at once make one job per tick; a tick never fires before the server clock
+        reaches it. The worker's maintenance beat calls this; ``Fired.next_ms`` (with
+        ``now_ms``) says when to call again."""
+        read = await self._run(rep.due_repeats(self.core, limit))
+        groups = rep.plan(read)
+        if not groups:
+            return rep.Fired([], read.now_ms, read.next_ms, {})
+        jobs: list[str] = []
+        answers: dict[str, int] = {}
+        fired = rep.Fired(jobs, read.now_ms, read.next_ms, answers)
+        for i in range(0, len(groups), rep.FIRE_CHUNK):
+            fired = await self._run(rep.fire_repeats(self.core, groups[i : i + rep.FIRE_CHUNK]))
+            jobs += fired.jobs
+            for answer, n in fired.answers.items():
+                answers[answer] = answers.get(answer, 0) + n
+        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers)
 
     # -- cancellation (emq.cancel) ---------------------------------------------------------
 
@@ -97,3 +187,47 @@ class AsyncControl:
         return list(await self._run(results.complete(self.core, items)))
 
     # -- edits of a waiting job, progress (emq.edits) ---------------------------------------
+
+    async def promote(self, job_id: str) -> bool:
+        """Run a scheduled job now: it joins its lane's waiting set at its priority and wakes
+        a worker. True if it moved, False if it was pending already. Raises NotWaiting
+        (active, dead, completed) or JobNotFound; nothing is written then. All due jobs at
+        once: :meth:`promote_due`."""
+        return await self._run(edits.promote(self.core, job_id))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> str:
+        """Make a pending or scheduled job wait until server now + ``delay_ms`` (0: pending
+        now; a pending job keeps its place); returns ``"pending"`` or ``"scheduled"``.
+        Raises NotWaiting or JobNotFound; nothing is written then."""
+        return await self._run(edits.reschedule(self.core, job_id, delay_ms))
+
+    async def set_priority(self, job_id: str, priority: int) -> str:
+        """Change a pending or scheduled job's priority (lower runs first; a pending job is
+        re-queued at once behind the jobs already waiting at that priority, or ahead of them
+        if it is a lifo job); returns where it is. Raises NotWaiting or JobNotFound."""
+        return await self._run(edits.set_priority(self.core, job_id, priority))
+
+    async def update_payload(self, job_id: str, payload: Any) -> str:
+        """Replace a pending or scheduled job's payload (checked as an enqueue's); the next
+        claim hands out the new one. Returns where the job is. Raises NotWaiting (an active
+        job's worker holds the old payload) or JobNotFound; nothing is written then."""
+        call = edits.update_payload(self.core, job_id, payload)
+        size = len(str(call.args[3]).encode("utf-8"))
+        if size > BULK_FLOOR:
+            ShellBase._refuse_oversized(size, await self._bulk_limit())
+        return await self._run(call)
+
+    async def set_progress(self, job_id: str, token: int, value: Any) -> int:
+        """Store a held job's progress (JSON) now, fenced by its lease token; returns when
+        (server ms). Raises LeaseLost or JobNotFound. A handler calls ``ctx.progress``
+        instead: the worker throttles and batches these."""
+        text = edits.encode_progress(value)
+        (stored,) = await self.set_progress_many([(job_id, token, text)])
+        expect(stored, job_id, "progress")
+        return int(cast(int, stored))
+
+    async def set_progress_many(self, items: Iterable[tuple[str, int, str]]) -> list[int | Answer]:
+        """Store the progress of many held jobs in one step, each ``(id, token, JSON text``
+        from :func:`emq.edits.encode_progress`): per job when (server ms), or ``LOST`` /
+        ``GONE`` (nothing written for it)."""
+        return list(await self._run(edits.progress(self.core, items)))

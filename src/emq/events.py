@@ -48,10 +48,15 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "lane_resumed": ("lane",),
     "rate_limited": ("lane", "until", "by"),
     "limits_set": ("lane", "concurrency", "rate", "weight", "lane_concurrency", "lane_rate"),
+    "repeat_skipped": ("repeat", "skipped", "tick"),
 }
 QUEUE_EVENTS = frozenset(
-    {"paused", "resumed", "drained", "lane_paused", "lane_resumed", "rate_limited", "limits_set"}
-)
+    {"paused", "resumed", "drained", "lane_paused", "lane_resumed", "rate_limited", "limits_set",
+     "repeat_skipped"}
+)  # fmt: skip
+# name -> fields only some writers add: a repeating schedule's job is ``enqueued`` with
+# ``repeat`` (the schedule's key)
+OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {"enqueued": ("repeat",)}
 JOB_EVENTS = frozenset(EVENT_FIELDS) - QUEUE_EVENTS
 
 READ_CHUNK = 1_000

@@ -3,7 +3,7 @@
 The snowflake is ``ms since 2024-01-01 << 22 | node << 12 | seq``. The alphabet is in byte
 order, so ids sort by mint time as bytes, and equal-priority jobs in ``pending`` pop FIFO.
 
-The node number (0-1023) is a lease taken on the server (``SET {emq}:node:<n> owner NX PX``)
+The node number (0-1022) is a lease taken on the server (``SET {emq}:node:<n> owner NX PX``)
 and renewed while minting; :class:`Minter` refuses to mint once its lease may have lapsed,
 so two live processes never mint with the same node number. This module does no I/O: the
 queue shells send the lease calls that :class:`Minter` asks for.
@@ -15,6 +15,9 @@ producer whose wall clock is hours off, or before 2024, therefore mints ids that
 with everyone else's by server time (within half a round trip plus the monotonic clock's
 drift over one renewal period, 20 s), so it can neither jump the queue nor fall to its back.
 Ids from one minter never go backwards, even when a new reading moves the offset back.
+
+Node 1023 (:data:`REPEAT_NODE`) is never leased: it is reserved for the jobs of repeating
+schedules, whose id is a pure function of (schedule slot, tick): see :func:`repeat_id`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _INDEX = {c: i for i, c in enumerate(ALPHABET)}
 WIDTH = 11
 NODES = 1024
+REPEAT_NODE = NODES - 1  # never leased: the node of every repeat tick's job id
+MINT_NODES = REPEAT_NODE  # minters lease node numbers 0..1022
+REPEAT_SLOTS = 4096  # a tick id's sequence bits: one slot per schedule of a queue
 NODE_TTL_MS = 60_000
 ID_PATTERN = re.compile(r"JOB[0-9A-Za-z]{11}")
 MAX_SNOWFLAKE = (1 << 63) - 1
@@ -72,6 +78,19 @@ def check_id(job_id: object) -> str:
     if value > MAX_SNOWFLAKE:
         raise InvalidId(f"job id {job_id!r} is out of range: its value exceeds 63 bits")
     return job_id
+
+
+def repeat_id(tick_ms: int, slot: int) -> str:
+    """The job id of a repeating schedule's tick: ``snowflake(tick_ms, REPEAT_NODE, slot)``.
+
+    fire_repeats.lua builds the same id in Lua (tests check they agree). Any number of firers
+    of one tick therefore name one job. ``slot`` (0..4095) is the schedule's, taken at
+    registration; a slot freed by ``unrepeat`` is only handed on with a floor (the removal's
+    server time) below which the new schedule fires no tick, so two schedules that share a
+    slot never share a tick id."""
+    if not EPOCH_MS <= tick_ms < EPOCH_MS + (1 << 41) or not 0 <= slot < REPEAT_SLOTS:
+        raise ValueError(f"tick {tick_ms} or slot {slot} out of range")
+    return encode(((tick_ms - EPOCH_MS) << 22) | (REPEAT_NODE << 12) | slot)
 
 
 def minted_at_ms(job_id: str) -> int:

@@ -122,6 +122,20 @@ class QueueKeys:
         """Where a lane's waiting jobs are: :attr:`pending` for the default lane."""
         return self.pending if lane == DEFAULT_LANE else self.lane(lane, "pending")
 
+    @property
+    def repeats(self) -> str:
+        """ZSET of the repeating schedules: member = schedule key, score = next tick (ms)."""
+        return self._k("repeats")
+
+    @property
+    def repeat_slots(self) -> str:
+        """HASH slot -> schedule key (taken) or ``~<ms>`` (freed at that server time)."""
+        return self._k("repeat-slots")
+
+    def repeat(self, key: str) -> str:
+        """The HASH of one schedule (spec and state); the caller must have validated ``key``."""
+        return self._k("repeat:" + key)
+
     def lanes(self, what: str) -> str:
         """A key about every lane: ``ring`` (ZSET), ``later`` (ZSET), ``full`` (SET),
         ``conf`` (HASH); ``rate`` is the queue's own claim log."""

@@ -14,7 +14,7 @@ import redis
 from .calls import Arg, QueueCore
 from .config import QueueOptions
 from .errors import ConflictInBatch, InvalidOption, InvalidPayload, JobNotFound, LeaseLost
-from .ids import NODES, Minter
+from .ids import MINT_NODES, Minter
 from .records import Answer, EnqueuedId, JobSpec
 
 CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
@@ -33,7 +33,9 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 # fits, so the server's own limit is read (CONFIG GET, once per pool) only for larger payloads.
 BULK_FLOOR = 1024 * 1024
 _BULK_LIMITS: weakref.WeakKeyDictionary[object, int | None] = weakref.WeakKeyDictionary()
-GROUP_FIELDS = ("name", "payload", "priority", "max_attempts", "delay_ms", "key", "lane")
+GROUP_FIELDS = (
+    "name", "payload", "priority", "max_attempts", "delay_ms", "key", "lane", "lifo",
+)  # fmt: skip
 
 # One id minter (one node lease) per connection pool, shared by every queue on it.
 _MINTERS: weakref.WeakKeyDictionary[object, Minter] = weakref.WeakKeyDictionary()
@@ -49,7 +51,8 @@ def minter_for(pool: object) -> Minter:
 
 
 def lease_candidates(minter: Minter) -> list[int]:
-    others = random.sample(range(NODES), 32)
+    """Node numbers to try, the held one first: 0..1022 only (1023 names repeat ticks)."""
+    others = random.sample(range(MINT_NODES), 32)
     return ([minter.node] if minter.node is not None else []) + others
 
 

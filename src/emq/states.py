@@ -49,6 +49,8 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
         frozenset(),
     ),
     "drain": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset()),
+    # a repeating schedule's due tick makes a new waiting job (docs/control.md)
+    "fire_repeats": (frozenset(), frozenset({JobState.PENDING})),
     # waiting or scheduled -> dead (cancelled); active stays active with a cancel requested
     # (its worker's fail, or the sweep, then makes it dead: see fail and sweep_stalled)
     "cancel": (

@@ -25,7 +25,8 @@
 -- Derives: job:<id> HASH, de:<dedup> STRING, done:<id> LIST, events:archived STRING and events:archiver STRING
 --   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
 --   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
---   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET
+--   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
+--   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -78,6 +79,12 @@ if left > 0 then return {removed, 0} end
 for _, lane in ipairs(lanes) do
   redis.call('DEL', lane_key(lane, 'active'), lane_key(lane, 'rate'))
 end
+local schedules = redis.call('ZRANGE', prefix .. 'repeats', 0, -1)  -- at most 4,096
+for i = 1, #schedules do schedules[i] = prefix .. 'repeat:' .. schedules[i] end
+for i = 1, #schedules, 1000 do
+  redis.call('DEL', unpack(schedules, i, math.min(i + 999, #schedules)))
+end
+redis.call('DEL', prefix .. 'repeats', prefix .. 'repeat-slots')
 redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
   k_events .. ':archived', k_events .. ':archiver', prefix .. 'rate', prefix .. 'lanes:ring',
   prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf')
