@@ -2,7 +2,9 @@
 
 The context is safe to use from the handler's own thread (sync handlers) or from the event
 loop (async handlers). ``cancelled`` is set when the attempt should stop: its lease was lost,
-its timeout passed, or the worker is shutting down past its grace period. A handler that
+its timeout passed, the job was cancelled (``Queue.cancel``: the heartbeat's answer says so;
+``cancel_reason == "cancelled"``, ``cancel_message`` is the caller's reason), or the worker is
+shutting down past its grace period. A handler that
 checks it (or calls :meth:`JobContext.heartbeat`) stops early; one that does not simply has
 its result discarded.
 """
@@ -19,8 +21,8 @@ _MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent can
 
 
 class Cancelled(EmqError):
-    """Raised by :meth:`JobContext.heartbeat` when the attempt was cancelled (timeout or
-    shutdown); a handler may let it propagate."""
+    """Raised by :meth:`JobContext.heartbeat` when the attempt was cancelled (timeout,
+    ``Queue.cancel`` or shutdown); a handler may let it propagate."""
 
 
 class JobContext:
@@ -37,6 +39,7 @@ class JobContext:
         "_lost",
         "_why",
         "attempts",
+        "cancel_message",
         "id",
         "lane",
         "name",
@@ -68,6 +71,7 @@ class JobContext:
         self.progress: Any = None
         self._beat = beat
         self._why = ""
+        self.cancel_message = ""  # Queue.cancel's reason, once cancel_reason is "cancelled"
         self._lost = False
         # made on first use: most async handlers never look, and an Event costs a Condition
         self._event: threading.Event | None = None
@@ -88,14 +92,17 @@ class JobContext:
 
     @property
     def cancel_reason(self) -> str:
-        """Why ``cancelled`` is set: ``lease_lost``, ``timeout`` or ``shutdown`` ("" if not)."""
+        """Why ``cancelled`` is set: ``lease_lost``, ``timeout``, ``shutdown`` or ``cancelled``
+        (the job was cancelled: :attr:`cancel_message` holds the reason given) ("" if not)."""
         return self._why
 
-    def cancel(self, why: str) -> None:
-        """Set by the worker; handlers do not call this."""
+    def cancel(self, why: str, message: str = "") -> None:
+        """Set by the worker; handlers do not call this. ``message``: the reason a
+        ``Queue.cancel`` gave (``why == "cancelled"``), set before ``cancelled`` is."""
         with _MAKE:
             if not self._why:
                 self._why = why
+                self.cancel_message = message
             if why == "lease_lost":
                 self._lost = True
             event = self._event
@@ -108,7 +115,8 @@ class JobContext:
 
         Raises :class:`~emq.errors.LeaseLost` once the server has refused this lease (the
         job may already run elsewhere; stop and let the result be discarded), or
-        :class:`Cancelled` once the attempt timed out or the worker is shutting down.
+        :class:`Cancelled` once the attempt timed out, the job was cancelled, or the worker is
+        shutting down.
         """
         if progress is not None:
             self.progress = progress

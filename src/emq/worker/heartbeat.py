@@ -13,6 +13,10 @@ if that exceeds ``lease_ms - heartbeat_ms``. Run GIL-holding code in another pro
 Each beat extends every held lease of a queue in one ``extend`` call (chunks of 1,000). A
 lease the server refuses (``lost``, or ``gone``: its row was removed) is reported once through
 ``on_lost`` and dropped, unless its ack is already on its way (then the ack's answer rules).
+A lease whose job was cancelled (``Queue.cancel``: extend answers ``cancelled`` and still
+extends it) is reported once through ``on_cancel`` with the reason read from the row, and
+renewed on until its ack lands; a worker cut off from the server learns it once a beat goes
+through again (or its lease lapses and the sweep ends the job, cancelled).
 
 The thread cannot die silently: a server error (unreachable, out of memory, any refusal) is
 logged once per episode and the beat retried with backoff; any other exception is handed to
@@ -60,12 +64,15 @@ class Heartbeat:
         on_crash: Callable[[BaseException], None],
         outage: Outage,
         log: logging.Logger,
+        on_cancel: Callable[[Lease, str], None] | None = None,
     ) -> None:
         self._queues = queues
         self._lease_ms = lease_ms
         self._interval = interval_s
         self._on_lost = on_lost
         self._on_crash = on_crash
+        self._on_cancel = on_cancel
+        self._told: set[Lease] = set()  # leases on_cancel was called for (until dropped)
         self._outage = outage
         self._log = log
         self._leases: set[Lease] = set()  # by identity: one id can be held twice
@@ -94,12 +101,15 @@ class Heartbeat:
         with self._lock:
             lease.dropped = True
             self._leases.discard(lease)
+            self._told.discard(lease)
 
     def drop_many(self, leases: Iterable[Lease]) -> None:
         with self._lock:
             for lease in leases:
                 lease.dropped = True
                 self._leases.discard(lease)
+            if self._told:
+                self._told.difference_update(leases)
 
     def beat_now(self) -> None:
         """Ask for a beat as soon as the thread can run (never blocks)."""
@@ -150,12 +160,27 @@ class Heartbeat:
                 for lease, deadline in zip(chunk, deadlines, strict=True):
                     if deadline in (Answer.LOST, Answer.GONE):
                         self._refused(lease)
+                    elif deadline == Answer.CANCELLED:
+                        self._cancelled(self._queues[name], lease)
         self.beats += 1
+
+    def _cancelled(self, q: Queue, lease: Lease) -> None:
+        """Tell ``on_cancel`` once per lease, with the reason on the row (one read, only for
+        a cancelled job; a server error is raised and the next beat tries again)."""
+        if self._on_cancel is None or lease in self._told or lease.finishing:
+            return  # an outcome is on its way: fail.lua (or the too-late complete) rules
+        reason = q.client.hget(q.core.keys.job(lease.id), "cancel")
+        with self._lock:
+            if lease.dropped or lease.finishing:
+                return
+            self._told.add(lease)
+        self._on_cancel(lease, str(reason or ""))  # decode_responses: a str already
 
     def _refused(self, lease: Lease) -> None:
         with self._lock:
             if lease.dropped or lease.finishing:
                 return  # finished meanwhile: the ack's own reply is authoritative
             self._leases.discard(lease)
+            self._told.discard(lease)
             lease.dropped = True
         self._on_lost(lease)

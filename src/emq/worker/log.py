@@ -47,6 +47,10 @@ class Report:
                       queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
         elif answer in (Answer.LOST, Answer.GONE):
             self.lost(lease, kind)
+        elif answer == Answer.CANCELLED:  # Queue.cancel: dead, cancelled (fail, or a hold)
+            s.cancelled += 1
+            event(self.log, "info", f"job cancelled ({why})", "cancelled",
+                  queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
         elif kind == "hold":
             s.rate_limited += 1
             event(self.log, "info", f"job rate limited: {error}", "rate_limited",

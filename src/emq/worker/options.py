@@ -46,6 +46,10 @@ class WorkerOptions:
     which the sweep dead-letters a job. ``timeout_ms``: the default hard limit of one attempt
     (None: no limit). ``grace_ms``: how long a graceful shutdown waits for running handlers.
     ``poll_ms``: the longest a parked worker waits on the wake list before it claims again.
+    ``cancel_grace_ms``: how long a handler whose job was cancelled (``Queue.cancel``: it sees
+    ``ctx.cancelled``) may run on before the worker abandons it (0: at once): its job ends
+    dead, cancelled, an async handler's task is cancelled and its slot freed; a sync one's
+    thread keeps its slot until it returns (a thread cannot be killed).
     ``burst``: return once nothing is claimable and nothing runs (jobs waiting in
     ``schedule`` for a later time, such as retries in backoff, are left for the next run).
     """
@@ -63,6 +67,7 @@ class WorkerOptions:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     burst: bool = False
+    cancel_grace_ms: int = 10_000
 
     def __post_init__(self) -> None:
         check_int("concurrency", self.concurrency, 1, 1000)
@@ -73,6 +78,7 @@ class WorkerOptions:
         for name in ("stalled_interval_ms", "poll_ms"):
             check_int(name, getattr(self, name), 1, unit="ms")
         check_int("grace_ms", self.grace_ms, 0, unit="ms")
+        check_int("cancel_grace_ms", self.cancel_grace_ms, 0, MAX_LEASE_MS, "ms")
         for name in ("heartbeat_ms", "timeout_ms"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1, unit="ms")
@@ -151,6 +157,8 @@ class WorkerStats:
     dead: int = 0
     lease_lost: int = 0
     timeouts: int = 0
+    cancelled: int = 0  # jobs this worker ended dead, cancelled (Queue.cancel)
+    cancel_abandoned: int = 0  # cancelled handlers still running past cancel_grace_ms
     given_back: int = 0
     rate_limited: int = 0  # handlers that raised RateLimited: given back, their lane held
     recovered: int = 0

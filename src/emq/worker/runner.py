@@ -32,6 +32,7 @@ from ..errors import WorkerFailed
 from ..queue import Queue
 from ..records import Answer, Claimed
 from .acks import Ack, AckBuffer
+from .cancels import Cancels
 from .connect import ClientFactory, Outage, first, park, retry
 from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
@@ -79,6 +80,7 @@ class Runner:
             on_crash=functools.partial(self._soon, self.crash, "heartbeat"),
             outage=self.outage,
             log=log,
+            on_cancel=lambda lease, why: self._soon(self.cancels.requested, lease, why),
         )
         self.report = Report(log, stats)
         self.beat = Maintenance(self.queues, o, self.outage, self.report)
@@ -95,6 +97,8 @@ class Runner:
             freed=self._freed,
         )
         self.ready: deque[Held] = deque()  # claimed, not started
+        self.cancels = Cancels(slots=self.slots, ready=self.ready, settle=self._settle,
+                               grace_ms=o.cancel_grace_ms, stats=stats, log=log)  # fmt: skip
         self.room = asyncio.Event()  # set when a slot frees or an ack batch lands
         # acks queued or in flight beyond which the claimer waits (their leases are held)
         self.max_unacked = 1_000 + o.concurrency + o.prefetch
@@ -173,6 +177,7 @@ class Runner:
         self.room.set()
         self.hb.stop()
         self.slots.close()
+        self.cancels.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         await self.client.aclose()
         await self.blocking.aclose()
@@ -362,6 +367,8 @@ class Runner:
 
     def _settle(self, job: Held, outcome: Outcome) -> None:
         self.room.set()  # the drain waits for outcomes
+        if self.cancels.jobs:  # a cancelled job ends dead, cancelled (.cancels)
+            outcome = self.cancels.outcome(job, outcome)
         if outcome.kind == "discard":
             return  # the lease was refused: already dropped from the heartbeat
         if outcome.why == "timeout":

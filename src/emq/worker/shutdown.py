@@ -70,6 +70,8 @@ async def give_back(run: Runner, deadline: float) -> None:
             run.hb.drop(job)
             if answer in refused:
                 run.count_lost(job, "delay")
+            elif answer == Answer.CANCELLED:  # a cancel was requested: dead, not given back
+                run.stats.cancelled += 1
             else:
                 run.stats.given_back += 1
         n = sum(1 for a in got if a not in refused)
