@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import archive_cmds, demo, lanes_cmds, queue_cmds, race, server_cmds, worker_cmd
+from . import archive_cmds, cancel_cmd, demo, lanes_cmds, queue_cmds, race, server_cmds, worker_cmd
 from .common import EmqGroup
 
 
@@ -22,6 +22,7 @@ demo.register(cli)
 archive_cmds.register(cli)
 worker_cmd.register(cli)
 race.register(cli)
+cancel_cmd.register(cli)
 
 
 def main() -> None:
