@@ -90,6 +90,12 @@ def test_real_traffic_carries_the_documented_fields(queue: Queue, client: redis.
     queue.sweep_stalled(max_stalled=5)
     with pytest.raises(Exception):  # noqa: B017 - LeaseLost; its event is what we check
         queue.complete(ca.id, ca.token)
+    queue.set_priority(c, 1)  # the edits of a waiting job, and progress
+    queue.update_payload(c, 2)
+    queue.reschedule(c, 30_000)
+    (ce,) = queue.claim(1)
+    queue.set_progress(ce.id, ce.token, {"pct": 1})
+    queue.delay(ce.id, ce.token, 0)  # back to pending, for the drain
     queue.remove(c)
     queue.pause()
     queue.resume()

@@ -214,7 +214,7 @@ def test_every_transition_keeps_the_lane_bookkeeping_right(
     assert queue.sweep_stalled(max_stalled=1).dead == [s.id]
     assert queue.redrive(d.id) and queue.redrive(s.id)
     check_lanes(client, qname)
-    queue.promote()
+    queue.promote_due()
     assert queue.remove(ids[-2]) == "schedule"
     some_pending = next(j for j in queue.jobs("pending", 0, 100) if j.lane)
     assert queue.remove(some_pending.id) == "pending"

@@ -185,7 +185,7 @@ def test_jitter_shortens_the_delay_within_bounds(queue: Queue, client: redis.Red
 def test_promote_moves_only_due_jobs(queue: Queue, client: redis.Redis) -> None:
     due, later = queue.enqueue("a", delay_ms=50_000), queue.enqueue("b", delay_ms=50_000)
     client.zadd(queue.core.keys.schedule, {due: 1}, xx=True)
-    assert queue.promote() == [due]
+    assert queue.promote_due() == [due]
     assert where(client, queue.name, due) == ["pending"]
     assert where(client, queue.name, later) == ["schedule"]
     assert client.llen(queue.core.keys.wake) >= 1

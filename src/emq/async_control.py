@@ -193,19 +193,19 @@ class AsyncControl:
         a worker. True if it moved, False if it was pending already. Raises NotWaiting
         (active, dead, completed) or JobNotFound; nothing is written then. All due jobs at
         once: :meth:`promote_due`."""
-        return await self._run(edits.promote(self.core, job_id))
+        return bool(await self._run(edits.promote(self.core, job_id)))
 
     async def reschedule(self, job_id: str, delay_ms: int) -> str:
         """Make a pending or scheduled job wait until server now + ``delay_ms`` (0: pending
         now; a pending job keeps its place); returns ``"pending"`` or ``"scheduled"``.
         Raises NotWaiting or JobNotFound; nothing is written then."""
-        return await self._run(edits.reschedule(self.core, job_id, delay_ms))
+        return str(await self._run(edits.reschedule(self.core, job_id, delay_ms)))
 
     async def set_priority(self, job_id: str, priority: int) -> str:
         """Change a pending or scheduled job's priority (lower runs first; a pending job is
         re-queued at once behind the jobs already waiting at that priority, or ahead of them
         if it is a lifo job); returns where it is. Raises NotWaiting or JobNotFound."""
-        return await self._run(edits.set_priority(self.core, job_id, priority))
+        return str(await self._run(edits.set_priority(self.core, job_id, priority)))
 
     async def update_payload(self, job_id: str, payload: Any) -> str:
         """Replace a pending or scheduled job's payload (checked as an enqueue's); the next
@@ -215,7 +215,7 @@ class AsyncControl:
         size = len(str(call.args[3]).encode("utf-8"))
         if size > BULK_FLOOR:
             ShellBase._refuse_oversized(size, await self._bulk_limit())
-        return await self._run(call)
+        return str(await self._run(call))
 
     async def set_progress(self, job_id: str, token: int, value: Any) -> int:
         """Store a held job's progress (JSON) now, fenced by its lease token; returns when

@@ -173,10 +173,12 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         key: str | None = None,
         id: str | None = None,
         lane: str | None = None,
+        lifo: bool = False,
     ) -> EnqueuedId:
         """Admit one job (into ``lane``, or the default lane); its id is returned with
-        ``created`` False if it already existed."""
-        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id, lane)
+        ``created`` False if it already existed. ``lifo``: ahead of the jobs waiting at its
+        priority, the newest lifo job first (docs/control.md)."""
+        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id, lane, lifo)
         return (await self.enqueue_many([spec]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
@@ -274,9 +276,10 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         :class:`~emq.RateLimited` does."""
         return await self._run(self.core.delay(items))
 
-    async def promote(self, limit: int = 1000) -> list[str]:
-        """Move due scheduled jobs to pending (a claim does this by itself too)."""
-        return await self._run(self.core.promote(limit))
+    async def promote_due(self, limit: int = 1000) -> list[str]:
+        """Move due scheduled jobs to pending (a claim does this by itself too); one job now:
+        :meth:`promote`."""
+        return await self._run(self.core.promote_due(limit))
 
     async def sweep_stalled(
         self, max_stalled: int = MAX_STALLED, limit: int = SWEEP_LIMIT

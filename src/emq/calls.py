@@ -119,7 +119,7 @@ class QueueCore:
         """Validate a job and return its ARGV group for enqueue.lua (id '' until minted)."""
         return self.job_group(
             spec.name, spec.payload, spec.delay_ms, spec.priority, spec.max_attempts, spec.key,
-            spec.id, spec.lane,
+            spec.id, spec.lane, spec.lifo,
         )  # fmt: skip
 
     def job_group(
@@ -132,6 +132,7 @@ class QueueCore:
         key: str | None = None,
         id: str | None = None,
         lane: str | None = None,
+        lifo: bool = False,
     ) -> list[Arg]:
         """Validate one job's fields and return its ARGV group (the hot path of enqueue)."""
         check_job_name(name)
@@ -147,7 +148,10 @@ class QueueCore:
         if id is not None:
             check_id(id)
         lane = "" if lane is None else check_lane(lane)
-        return [id or "", name, text, priority, attempts, delay_ms, key or "", lane]
+        flag = "1" if lifo is True else ""
+        if not flag and lifo is not False:
+            raise InvalidOption(f"lifo must be True or False, got {shown(lifo)}")
+        return [id or "", name, text, priority, attempts, delay_ms, key or "", lane, flag]
 
     def enqueue(self, groups: Sequence[list[Arg]]) -> Call[list[EnqueuedId]]:
         if not groups:
@@ -233,7 +237,8 @@ class QueueCore:
         keys = [k.active, k.pending, k.schedule, k.events, k.wake, k.meta, k.dead]
         return Call("delay", keys, args, decode_answers)
 
-    def promote(self, limit: int) -> Call[list[str]]:
+    def promote_due(self, limit: int) -> Call[list[str]]:
+        """Due scheduled jobs to pending (the script ``promote``)."""
         check_int("limit", limit, 1, MAX_CHUNK)
         k = self.keys
         keys = [k.schedule, k.pending, k.events, k.wake, k.metrics, k.meta]

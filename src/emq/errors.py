@@ -21,6 +21,12 @@ class WrongState(EmqError):
     """The job exists but is not in a location that allows the requested transition."""
 
 
+class NotWaiting(WrongState):
+    """An edit of a waiting job (``promote``, ``reschedule``, ``set_priority``,
+    ``update_payload``) found the job neither pending nor scheduled (active, dead, completed);
+    the message names its state. Nothing was changed."""
+
+
 class JobNotFound(EmqError):
     """No row exists for the job id."""
 
@@ -128,6 +134,7 @@ class ConflictInBatch(InvalidId, DuplicateConflict):
 _BY_CLASS: dict[str, type[EmqError]] = {
     "EMQSTALE": LeaseLost,
     "EMQSTATE": WrongState,
+    "EMQNOTWAITING": NotWaiting,
     "EMQNOJOB": JobNotFound,
     "EMQCONFLICT": DuplicateConflict,
     "EMQKIND": InvalidId,

@@ -48,6 +48,10 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "lane_resumed": ("lane",),
     "rate_limited": ("lane", "until", "by"),
     "limits_set": ("lane", "concurrency", "rate", "weight", "lane_concurrency", "lane_rate"),
+    "rescheduled": ("delay_ms", "state"),
+    "reprioritised": ("priority",),
+    "payload_updated": (),
+    "progress": ("progress",),
     "repeat_skipped": ("repeat", "skipped", "tick"),
 }
 QUEUE_EVENTS = frozenset(

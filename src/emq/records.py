@@ -25,7 +25,8 @@ class EnqueuedId(str):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A job to enqueue, validated on construction."""
+    """A job to enqueue, validated on construction. ``lifo``: the job goes ahead of the jobs
+    waiting at its priority, the newest lifo job first (docs/control.md)."""
 
     name: str
     payload: Any = None
@@ -35,6 +36,7 @@ class JobSpec:
     key: str | None = None
     id: str | None = None
     lane: str | None = None
+    lifo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,24 @@ class Job:
     def lane(self) -> str | None:
         """The job's lane, None for the default lane."""
         return self.fields.get("lane") or None
+
+    @property
+    def lifo(self) -> bool:
+        """True for a job enqueued with ``lifo=True``."""
+        return self.fields.get("lifo") == "1"
+
+    @property
+    def progress(self) -> Any:
+        """The latest progress its handler reported (decoded JSON; ``ctx.progress``), None
+        if none was; at most one ``progress_interval_ms`` behind the handler."""
+        text = self.fields.get("progress")
+        return None if text is None else json.loads(text)
+
+    @property
+    def progress_at(self) -> int | None:
+        """When the latest progress was stored (server ms); None if none was."""
+        at = self.fields.get("progress_at")
+        return None if at is None else int(at)
 
     @property
     def cancelled(self) -> str | None:

@@ -49,6 +49,21 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
         frozenset(),
     ),
     "drain": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset()),
+    # edits of one waiting job (docs/control.md): refused unless pending or scheduled
+    "promote_job": (frozenset({JobState.SCHEDULED}), frozenset({JobState.PENDING})),
+    "reschedule": (
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+    ),
+    "set_priority": (
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+    ),
+    "update_payload": (
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+        frozenset({JobState.PENDING, JobState.SCHEDULED}),
+    ),
+    "progress": (frozenset({JobState.ACTIVE}), frozenset({JobState.ACTIVE})),
     # a repeating schedule's due tick makes a new waiting job (docs/control.md)
     "fire_repeats": (frozenset(), frozenset({JobState.PENDING})),
     # waiting or scheduled -> dead (cancelled); active stays active with a cancel requested

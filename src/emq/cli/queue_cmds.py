@@ -83,11 +83,13 @@ def read_payload(arg: str) -> Any:
 @click.option("--max-attempts", type=int, default=None, help="Attempts before dead (default 3).")
 @click.option("--key", default=None, help="Dedup key: one live job per key.")
 @click.option("--lane", default=None, help="The job's lane (default: the default lane).")
+@click.option("--lifo", is_flag=True, help="Ahead of the jobs waiting at its priority.")
 @url_option
 @json_option
 def enqueue(
     queue: str, name: str, payload: str, delay_ms: int, priority: int,
-    max_attempts: int | None, key: str | None, lane: str | None, url: str | None, as_json: bool,
+    max_attempts: int | None, key: str | None, lane: str | None, lifo: bool, url: str | None,
+    as_json: bool,
 ) -> None:  # fmt: skip
     """Enqueue job NAME with a JSON PAYLOAD on QUEUE.
 
@@ -96,7 +98,7 @@ def enqueue(
     with open_queue(url, queue) as q:
         job_id = q.enqueue(
             name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key,
-            lane=lane,
+            lane=lane, lifo=lifo,
         )  # fmt: skip
     if as_json:
         emit_json({"id": job_id, "created": job_id.created})

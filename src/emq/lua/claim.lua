@@ -133,9 +133,9 @@ local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, cou
 for _, id in ipairs(due) do
   local row = prefix .. 'job:' .. id
   redis.call('ZREM', k_schedule, id)
-  local f = redis.call('HMGET', row, 'priority', 'lane')
+  local f = redis.call('HMGET', row, 'priority', 'lane', 'lifo')
   if f[1] then
-    to_pending(k_pending, id, f[1], f[2])
+    to_pending(k_pending, id, f[1], f[2], f[3])
     redis.call('HSET', row, 'state', 'pending')
     emit('event', 'promoted', 'job', id)
   else

@@ -6,6 +6,8 @@
 -- every id and dedup key is checked before the first write, so a conflict anywhere in the
 -- batch writes nothing; an id that already exists with the same name and payload is the
 -- idempotent retry of a lost reply and is reported as a duplicate, never written twice.
+-- A lifo job (its row gets lifo = 1) enters ahead of the FIFO jobs of its priority, the
+-- newest first (prelude lifo_score; one HINCRBY of meta lifo_seq per call with lifo jobs).
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -14,8 +16,9 @@
 -- KEYS[5] meta       HASH    queue flags (lanes: lane mode, turned on by the first lane job)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
--- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane)*  one group per
---           job; delay_ms in ms; dedup is '' for none; lane is '' for the default lane
+-- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
+--           group per job; delay_ms in ms; dedup is '' for none; lane is '' for the default
+--           lane; lifo is '1' for a lifo job, '' for FIFO
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
@@ -28,7 +31,7 @@ local k_wake = KEYS[4]
 local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
-local GROUP = 8
+local GROUP = 9
 
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
@@ -39,6 +42,7 @@ local now = server_ms()
 local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
 local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}
+local lifos = 0  -- lifo jobs created (an upper bound of the lifo numbers pass 2 takes)
 for i = 3, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local dedup = ARGV[i + 6]
@@ -67,6 +71,7 @@ for i = 3, #ARGV, GROUP do
       if dedup ~= '' then seen_dedup[dedup] = id end
     end
   end
+  if new == 1 and ARGV[i + 8] == '1' then lifos = lifos + 1 end
   targets[#targets + 1] = target
   created[#created + 1] = new
 end
@@ -76,6 +81,8 @@ local out = {}
 local waiting = {}  -- lane -> score, member pairs for one ZADD (at most 1,000 jobs per call)
 local lanes = {}  -- the lanes in the order they first appear
 local ready = 0
+local seq = 0  -- the next lifo number
+if lifos > 0 then seq = lifo_seq(lifos) end
 for n, id in ipairs(targets) do
   local i = 3 + (n - 1) * GROUP
   if created[n] == 1 then
@@ -95,6 +102,14 @@ for n, id in ipairs(targets) do
       fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)
     end
+    local score = priority
+    if ARGV[i + 8] == '1' then
+      fields[#fields + 1], fields[#fields + 2] = 'lifo', '1'
+      if delay == 0 then
+        score = lifo_score(priority, seq)
+        seq = seq + 1
+      end
+    end
     redis.call('HSET', row, unpack(fields))
     if delay > 0 then
       redis.call('ZADD', k_schedule, now + delay, id)
@@ -106,7 +121,7 @@ for n, id in ipairs(targets) do
         waiting[lane] = set
         lanes[#lanes + 1] = lane
       end
-      set[#set + 1] = priority
+      set[#set + 1] = score
       set[#set + 1] = id
     end
     emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)

@@ -50,7 +50,8 @@ local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, l
 for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel')
+  local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel',
+    'lifo')
   if f[1] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
     lane_release(f[3], id)
     to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', f[1], f[4], now)
@@ -68,7 +69,7 @@ for _, id in ipairs(expired) do
         'stalled', stalled, 'name', story[1], 'payload', story[2])
     else
       redis.call('HSET', row, 'state', 'pending')
-      to_pending(k_pending, id, f[2], f[3])
+      to_pending(k_pending, id, f[2], f[3], f[6])
       recovered[#recovered + 1] = id
       emit('event', 'stalled', 'job', id, 'attempts', f[1], 'stalled', stalled)
     end

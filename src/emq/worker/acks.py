@@ -16,7 +16,8 @@ A lost reply: when the connection drops while an ack is in flight, it is re-sent
 server is back. If the first send had in fact been applied, the re-send is refused as a lost
 lease. The worker does not guess: it reads the row. For ``complete``, a missing row means the
 job was completed (by this attempt, or by a later run if the lease lapsed meanwhile: either
-way it is completed once, G4), counted as an ``uncertain_ack``. For ``fail``, the row still
+way it is completed once, G4), counted as an ``uncertain_ack``; so does a row kept completed
+(results, ``keep_completed``) that carries this attempt's token. For ``fail``, the row still
 carrying this attempt's token in ``schedule`` or ``dead`` means the fail was applied. Anything
 else is a real ``lease_lost``: the result is discarded and the job runs again elsewhere.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -53,7 +54,9 @@ Report = Callable[[Ack, str], None]
 
 class AckBuffer:
     """``report`` is called once per ack with the server's answer; ``landed`` (optional) once
-    with each batch after its answers, when :attr:`outstanding` has gone down."""
+    with each batch after its answers, when :attr:`outstanding` has gone down; ``before``
+    (optional) is awaited with a batch's leases before it is sent (the progress flusher sends
+    their last progress)."""
 
     def __init__(
         self,
@@ -61,11 +64,13 @@ class AckBuffer:
         log: logging.Logger,
         report: Report,
         landed: Callable[[list[Ack]], None] | None = None,
+        before: Callable[[Iterable[Lease]], Awaitable[None]] | None = None,
     ) -> None:
         self._outage = outage
         self._log = log
         self._report = report
         self._landed = landed
+        self._before = before
         self._items: list[Ack] = []
         self._event = asyncio.Event()
         self._closing = False
@@ -119,9 +124,10 @@ class AckBuffer:
     async def _send(self, kind: str, acks: list[Ack]) -> None:
         q = acks[0].queue
         answers: list[Answer]
+        if self._before is not None:
+            await self._before(a.lease for a in acks)
         if kind == "complete":
-            pairs = [(a.lease.id, a.lease.token) for a in acks]
-            answers, retried = await self._retry("complete", lambda: q.complete_many(pairs))
+            answers, retried = await self._retry("complete", _completion(q, acks))
         elif kind == "hold":  # RateLimited: back to pending, no attempt spent, the lane held
             holds = [
                 (a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks
@@ -146,7 +152,9 @@ class AckBuffer:
             "settle", lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state"])
         )
         token, state = row
-        if kind == "complete" and token is None:
+        if kind == "complete" and (
+            token is None or (state == "completed" and token == str(lease.token))
+        ):  # deleted, or kept completed by this attempt (results, keep_completed)
             answer = Answer.COMPLETED
         elif kind == "fail" and token == str(lease.token) and state in ("scheduled", "dead"):
             answer = Answer.SCHEDULED if state == "scheduled" else Answer.DEAD
@@ -159,3 +167,21 @@ class AckBuffer:
               "was applied", "uncertain_ack", queue=q.name, job=lease.id, kind=kind,
               settled=answer)  # fmt: skip
         return answer
+
+
+def _completion(q: AsyncQueue, acks: list[Ack]) -> Callable[[], Awaitable[list[Answer]]]:
+    """The complete call of a batch: plain (pairs only) unless the queue keeps results or
+    completed jobs or an outcome carries a result to keep; then each job keeps what its own
+    outcome says (a handler's ``result_ttl_ms=0`` keeps no result on a queue that does)."""
+    options = q.core.options
+    if (
+        options.keep_completed
+        or options.result_ttl_ms
+        or any(a.outcome.result_ttl_ms for a in acks)
+    ):
+        kept = [
+            (a.lease.id, a.lease.token, a.outcome.result, a.outcome.result_ttl_ms) for a in acks
+        ]
+        return lambda: q.complete_results(kept)
+    pairs = [(a.lease.id, a.lease.token) for a in acks]
+    return lambda: q.complete_many(pairs)

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..edits import encode_progress
 from ..errors import EmqError, LeaseLost
 
 _MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent cancel()
@@ -30,20 +31,22 @@ class JobContext:
 
     ``attempts`` counts this attempt (1 on the first run). ``stalled`` is how many times the
     job's lease has lapsed before. ``token`` is the lease token that fences finishing calls.
-    ``lane`` is the job's lane (None for the default lane).
+    ``lane`` is the job's lane (None for the default lane). ``last_progress`` is the last
+    value given to :meth:`progress` (None before the first).
     """
 
     __slots__ = (
         "_beat",
         "_event",
         "_lost",
+        "_report",
         "_why",
         "attempts",
         "cancel_message",
         "id",
         "lane",
+        "last_progress",
         "name",
-        "progress",
         "queue",
         "stalled",
         "token",
@@ -60,6 +63,7 @@ class JobContext:
         stalled: int,
         beat: Callable[[], None],
         lane: str | None = None,
+        report: Callable[[str], None] | None = None,
     ) -> None:
         self.queue = queue
         self.lane = lane
@@ -68,7 +72,8 @@ class JobContext:
         self.token = token
         self.attempts = attempts
         self.stalled = stalled
-        self.progress: Any = None
+        self.last_progress: Any = None
+        self._report = report  # the worker's progress flusher (None: kept locally only)
         self._beat = beat
         self._why = ""
         self.cancel_message = ""  # Queue.cancel's reason, once cancel_reason is "cancelled"
@@ -109,9 +114,23 @@ class JobContext:
         if event is not None:
             event.set()
 
+    def progress(self, value: Any) -> None:
+        """Report the job's progress: ``value`` (JSON, at most 64 KiB encoded) becomes the
+        job's ``progress`` (``Queue.job(id).progress``) with a ``progress`` event. Checked at
+        once (:class:`~emq.errors.InvalidPayload` if it is not JSON); never blocks on the
+        server: the worker sends at most one value per job per
+        ``WorkerOptions.progress_interval_ms`` (the latest wins) and the last one before the
+        job's outcome, fenced by this attempt's lease token. Safe from the handler's thread
+        and from the event loop; cheap enough for a tight loop."""
+        text = encode_progress(value)
+        self.last_progress = value
+        report = self._report
+        if report is not None:
+            report(text)
+
     def heartbeat(self, progress: Any = None) -> None:
-        """Record ``progress`` (kept locally and logged) and ask the worker's heartbeat to
-        renew this lease now, without waiting for its next beat. Never blocks on the server.
+        """Report ``progress`` (if not None: :meth:`progress`) and ask the worker's heartbeat
+        to renew this lease now, without waiting for its next beat. Never blocks on the server.
 
         Raises :class:`~emq.errors.LeaseLost` once the server has refused this lease (the
         job may already run elsewhere; stop and let the result be discarded), or
@@ -119,7 +138,7 @@ class JobContext:
         shutting down.
         """
         if progress is not None:
-            self.progress = progress
+            self.progress(progress)
         if self._lost:
             raise LeaseLost(f"the lease on {self.id} (token {self.token}) was lost")
         if self._why:

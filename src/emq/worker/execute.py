@@ -3,7 +3,9 @@ tell the server. No server I/O happens here; outcomes are queued for a batched a
 
 Rules (each one tested):
 
-- the handler returned: ``complete``;
+- the handler returned: ``complete``, carrying its return value's JSON text when its handler
+  or its queue keeps results (``result_ttl_ms``); a value that is not JSON then fails the
+  attempt with no retry (``bad_result``: the handler ran, its result cannot be kept);
 - it raised :class:`~emq.worker.Permanent`: ``fail`` with no retry (straight to ``dead``);
 - it raised :class:`~emq.RateLimited`: ``delay`` back to pending without spending an attempt,
   holding its lane (or the lane named, or the whole queue) for ``retry_in_ms``, fleet-wide;
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -38,8 +41,10 @@ from typing import Any, Literal
 
 from ..async_queue import AsyncQueue
 from ..config import Backoff
+from ..errors import InvalidPayload
 from ..lanes import DEFAULT_LANE, RateLimited
 from ..records import Claimed
+from ..results import encode_result
 from .context import JobContext
 from .heartbeat import Lease
 from .options import HandlerSpec, Permanent
@@ -56,6 +61,8 @@ class Outcome:
     why: str = ""  # "ok", "error", "permanent", "timeout", "shutdown", "lease_lost", "no_handler"
     hold_ms: int = 0  # kind "hold": how long no claim serves ``hold``, a lane or "*" (the queue)
     hold: str = ""
+    result: str | None = None  # kind "complete": the return value's JSON text, when kept
+    result_ttl_ms: int = 0  # kind "complete": how long the result is kept (0: not kept)
 
 
 COMPLETE = Outcome("complete", why="ok")
@@ -96,6 +103,7 @@ class Held(Lease):
     __slots__ = (
         "_beat",
         "_ctx",
+        "_report",
         "claimed",
         "deadline",
         "q",
@@ -107,7 +115,12 @@ class Held(Lease):
     )
 
     def __init__(
-        self, q: AsyncQueue, name: str, claimed: Claimed, beat: Callable[[], None]
+        self,
+        q: AsyncQueue,
+        name: str,
+        claimed: Claimed,
+        beat: Callable[[], None],
+        report: Callable[[Lease, str], None] | None = None,
     ) -> None:
         self.queue = name
         self.id = claimed.id
@@ -117,6 +130,7 @@ class Held(Lease):
         self.q = q
         self.claimed = claimed
         self._beat = beat
+        self._report = report  # ctx.progress's sink: the worker's progress flusher
         self._ctx: JobContext | None = None
         self.spec: HandlerSpec | None = None
         self.task: asyncio.Task[None] | None = None
@@ -139,6 +153,7 @@ class Held(Lease):
                 stalled=c.stalled,
                 beat=self._beat,
                 lane=c.lane,
+                report=None if self._report is None else functools.partial(self._report, self),
             )
         return ctx
 
@@ -196,6 +211,22 @@ class Slots:
             default_backoff=self.default_backoff,
         )
 
+    def completed(self, job: Held, value: Any) -> Outcome:
+        """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
+        keeps results, a complete carrying the value's JSON text. A value that is not JSON
+        fails the attempt with no retry (the handler ran; its result cannot be kept)."""
+        spec, options = job.spec, job.q.core.options
+        ttl = options.result_ttl_ms
+        if spec is not None and spec.result_ttl_ms is not None:
+            ttl = spec.result_ttl_ms
+        if not ttl:
+            return COMPLETE
+        try:
+            text = encode_result(value, options.max_payload_bytes)
+        except InvalidPayload as exc:
+            return self.fail(job, str(exc), "bad_result", retry=False)
+        return Outcome("complete", why="ok", result=text, result_ttl_ms=ttl)
+
     def from_exception(self, job: Held, exc: BaseException) -> Outcome:
         if isinstance(exc, RateLimited):
             lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
@@ -249,9 +280,9 @@ class Slots:
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
         try:
             if with_ctx:
-                await fn(job.claimed.payload, job.ctx)
+                value = await fn(job.claimed.payload, job.ctx)
             else:
-                await fn(job.claimed.payload)
+                value = await fn(job.claimed.payload)
         except asyncio.CancelledError:
             outcome = None
         except Exception as exc:
@@ -261,10 +292,10 @@ class Slots:
                 job.returned = job.settled = True
                 self.busy -= 1
                 self.live.discard(job)
-                self._settle(job, DISCARD if job.dropped else COMPLETE)
+                self._settle(job, DISCARD if job.dropped else self.completed(job, value))
                 self._freed()
                 return
-            outcome = COMPLETE
+            outcome = self.completed(job, value)
         self._returned(job)
         if not job.settled:
             if outcome is None:  # cancelled by something other than the worker
@@ -279,7 +310,8 @@ class Slots:
             self.decide(job, self.fail(job, "cancelled: the worker closed", "shutdown"))
             return
         exc = work.exception()
-        self.decide(job, COMPLETE if exc is None else self.from_exception(job, exc))
+        self.decide(job, self.completed(job, work.result()) if exc is None else
+                    self.from_exception(job, exc))  # fmt: skip
 
     def _returned(self, job: Held) -> None:
         job.returned = True

@@ -1,4 +1,4 @@
-"""The maintenance beat every worker runs: ``promote`` and the stalled sweep.
+"""The maintenance beat every worker runs: ``promote_due`` and the stalled sweep.
 
 Each beat promotes due scheduled jobs (so they wake parked workers; ``claim`` promotes by
 itself too). Every ``stalled_interval_ms`` the worker tries to take the queue's
@@ -7,6 +7,9 @@ runs about one sweep per interval. The guard is an optimisation: two sweeps that
 are still exact (G2), because the sweep is one script. The sweep is the only recovery path:
 an expired lease goes back to ``pending``, or to ``dead`` once it has stalled ``max_stalled``
 times, counted in-script.
+
+The same task fires the queues' due repeat ticks (:mod:`.repeat_beat`): once per beat, and
+between beats at each next tick's time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ..scripts import translated
 from .connect import SERVER_ERRORS, Outage
 from .log import Report
 from .options import WorkerOptions
+from .repeat_beat import RepeatBeat
 
 
 class Maintenance:
@@ -38,6 +42,8 @@ class Maintenance:
         self._report = report
         self._owner = uuid.uuid4().hex[:12]
         self._next_sweep = 0.0
+        self._next_beat = 0.0  # monotonic s
+        self.repeats = RepeatBeat(queues)
 
     @property
     def period_s(self) -> float:
@@ -51,17 +57,23 @@ class Maintenance:
         while not stop.is_set():
             wait = self.period_s
             try:
-                await self.beat()
+                # due repeat ticks first (on time), the beat once a period, and between two
+                # beats the task wakes for the next tick (RepeatBeat knows when it is)
+                await self.repeats.fire(everyone=time.monotonic() >= self._next_beat)
+                if time.monotonic() >= self._next_beat:
+                    await self.beat()
+                    self._next_beat = time.monotonic() + self.period_s
             except SERVER_ERRORS as exc:
                 wait = min(wait, self._outage.failed(exc, "maintenance"))
             else:
                 self._outage.ok("maintenance")
+                wait = min(self._next_beat - time.monotonic(), self.repeats.wait_s())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
     async def beat(self) -> None:
         for q in self._queues:
-            await q.promote(1000)
+            await q.promote_due(1000)
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + self._opts.stalled_interval_ms / 1000

@@ -17,6 +17,7 @@ from ..checks import check_int
 from ..config import (
     DEFAULT_LEASE_MS,
     MAX_ATTEMPTS,
+    MAX_KEEP_MS,
     MAX_LEASE_MS,
     MAX_STALLED,
     MIN_WORKER_LEASE_MS,
@@ -50,6 +51,8 @@ class WorkerOptions:
     ``ctx.cancelled``) may run on before the worker abandons it (0: at once): its job ends
     dead, cancelled, an async handler's task is cancelled and its slot freed; a sync one's
     thread keeps its slot until it returns (a thread cannot be killed).
+    ``progress_interval_ms``: the most often one job's ``ctx.progress`` reaches the server
+    (once per interval, the latest value wins; the last one is sent before the job's outcome).
     ``burst``: return once nothing is claimable and nothing runs (jobs waiting in
     ``schedule`` for a later time, such as retries in backoff, are left for the next run).
     """
@@ -68,6 +71,7 @@ class WorkerOptions:
     backoff: Backoff | None = None
     burst: bool = False
     cancel_grace_ms: int = 10_000
+    progress_interval_ms: int = 500
 
     def __post_init__(self) -> None:
         check_int("concurrency", self.concurrency, 1, 1000)
@@ -79,6 +83,7 @@ class WorkerOptions:
             check_int(name, getattr(self, name), 1, unit="ms")
         check_int("grace_ms", self.grace_ms, 0, unit="ms")
         check_int("cancel_grace_ms", self.cancel_grace_ms, 0, MAX_LEASE_MS, "ms")
+        check_int("progress_interval_ms", self.progress_interval_ms, 10, 3_600_000, "ms")
         for name in ("heartbeat_ms", "timeout_ms"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1, unit="ms")
@@ -107,6 +112,7 @@ class HandlerSpec:
     max_attempts: int | None = None
     timeout_ms: int | None = None
     backoff: Backoff | None = None
+    result_ttl_ms: int | None = None  # keep its return value this long (None: the queue's)
 
     @classmethod
     def of(
@@ -117,6 +123,7 @@ class HandlerSpec:
         max_attempts: int | None = None,
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
+        result_ttl_ms: int | None = None,
     ) -> HandlerSpec:
         if not callable(fn):
             raise InvalidOption(f"handler for {name!r} is not callable: {fn!r}")
@@ -124,10 +131,14 @@ class HandlerSpec:
             check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
         if timeout_ms is not None:
             check_int("timeout_ms", timeout_ms, 1, unit="ms")
+        if result_ttl_ms is not None:
+            check_int("result_ttl_ms", result_ttl_ms, 0, MAX_KEEP_MS, "ms")
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
         )
-        return cls(name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff)
+        return cls(
+            name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff, result_ttl_ms
+        )
 
     def call(self, payload: Any, ctx: Any) -> Any:
         return self.fn(payload, ctx) if self.takes_ctx else self.fn(payload)

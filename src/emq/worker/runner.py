@@ -39,6 +39,7 @@ from .heartbeat import Heartbeat, Lease
 from .log import Report, event
 from .maintenance import Maintenance
 from .options import HandlerSpec, WorkerOptions, WorkerStats
+from .progress import Progress
 from .shutdown import drain
 
 T = TypeVar("T")
@@ -84,7 +85,9 @@ class Runner:
         )
         self.report = Report(log, stats)
         self.beat = Maintenance(self.queues, o, self.outage, self.report)
-        self.acks = AckBuffer(self.outage, log, self._acked, self._landed)
+        by_name = {q.name: q for q in self.queues}
+        self.progress = Progress(by_name, o.progress_interval_ms, self.outage)
+        self.acks = AckBuffer(self.outage, log, self._acked, self._landed, self.progress.flush_jobs)
         self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.slots = Slots(
             handlers,
@@ -127,8 +130,10 @@ class Runner:
         self.hb.start()
         beat = asyncio.create_task(self.beat.run(self.stop), name="emq-beat")
         flusher = asyncio.create_task(self.acks.run(), name="emq-acks")
+        sender = asyncio.create_task(self.progress.run(), name="emq-progress")
         self.watch("maintenance", beat)
         self.watch("acks", flusher)
+        self.watch("progress", sender)
         o = self.options
         self.event("info", "worker started", "started", queues=names, concurrency=o.concurrency,
                    lease_ms=o.lease_ms, handlers=sorted(self.handlers))  # fmt: skip
@@ -144,9 +149,9 @@ class Runner:
         finally:
             self.stop.set()
             self.hb.stop()
-            for task in (beat, flusher, *(j.task for j in self.live if j.task)):
+            for task in (beat, flusher, sender, *(j.task for j in self.live if j.task)):
                 task.cancel()
-            await asyncio.gather(beat, flusher, return_exceptions=True)
+            await asyncio.gather(beat, flusher, sender, return_exceptions=True)
             await self.close()
             if signals:
                 for sig in SIGNALS:
@@ -331,7 +336,7 @@ class Runner:
 
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
         name, beat = q.name, self.hb.beat_now
-        jobs = [Held(q, name, c, beat) for c in claimed]
+        jobs = [Held(q, name, c, beat, self.progress.put) for c in claimed]
         self.hb.add_many(jobs)
         self.ready.extend(jobs)
         self.stats.claimed += len(jobs)

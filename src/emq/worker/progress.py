@@ -1,0 +1,146 @@
+"""The progress flusher: what ``ctx.progress(value)`` reports reaches the server throttled.
+
+A handler may call ``ctx.progress`` in a tight loop; the server sees at most one write per job
+per ``WorkerOptions.progress_interval_ms`` (the latest value wins, the ones in between are
+never sent), and the jobs of one queue that are due together share one ``progress`` script
+call (fenced by each lease's token: a value from a lease this worker no longer holds is
+refused by the server and dropped here). ``put`` never blocks on the server: it stores the
+encoded value under a lock (from the handler's thread or the loop) and wakes the flusher task
+only when it was idle. Before a batch of acknowledgements is sent, :meth:`flush_jobs` sends
+the last unsent value of those jobs (one call, only if some have one), so a completed job's
+row and stream show its final progress before its ``completed`` event.
+
+A server error while sending (unreachable, out of memory) is logged once per episode; the
+values are kept (unless a newer one arrived) and sent after a backoff. Progress is advisory:
+a value still unsent when the worker stops, or when its lease is lost, is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterable
+
+from ..async_queue import AsyncQueue
+from ..records import Answer
+from .connect import SERVER_ERRORS, Outage
+from .heartbeat import Lease
+
+CHUNK = 1_000
+PRUNE_AT = 4_096  # send times kept before the stale ones are dropped
+
+
+class Progress:
+    """The latest unsent progress of each held job, and the task that sends it."""
+
+    def __init__(self, queues: dict[str, AsyncQueue], interval_ms: int, outage: Outage) -> None:
+        self._queues = queues
+        self._interval = interval_ms / 1000
+        self._outage = outage
+        self._lock = threading.Lock()
+        self._latest: dict[Lease, str] = {}  # values not sent yet (the latest per job)
+        self._sent_at: dict[Lease, float] = {}  # monotonic time of each job's last send
+        self._idle = True  # the task waits for a first value (put must wake it)
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self.sent = 0  # values the server stored
+        self.calls = 0  # progress script calls
+
+    def put(self, lease: Lease, text: str) -> None:
+        """Keep ``text`` (JSON) as the latest progress of ``lease``; from any thread."""
+        with self._lock:
+            self._latest[lease] = text
+            if not self._idle:
+                return
+            self._idle = False
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        """Send what is due, sleep until the next job's interval has passed; wait while
+        nothing is unsent. Ends only by cancellation (or a bug, which the runner reports)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                due, next_at = self._take_due(time.monotonic())
+                if due:
+                    try:
+                        await self._send(due)
+                    except SERVER_ERRORS as exc:
+                        self._restore(due)
+                        await asyncio.sleep(self._outage.failed(exc, "progress"))
+                        continue
+                    self._outage.ok("progress")
+                if next_at is None:
+                    break
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+    def _take_due(self, now: float) -> tuple[list[tuple[Lease, str]], float | None]:
+        """The values whose job's interval has passed (taken out), and when the next of the
+        others is due (None: nothing is left, and the task goes idle)."""
+        due: list[tuple[Lease, str]] = []
+        next_at = math.inf
+        with self._lock:
+            for lease, text in self._latest.items():
+                at = self._sent_at.get(lease, -math.inf) + self._interval
+                if at <= now:
+                    due.append((lease, text))
+                else:
+                    next_at = min(next_at, at)
+            for lease, _ in due:
+                del self._latest[lease]
+                self._sent_at[lease] = now
+            if len(self._sent_at) > PRUNE_AT:  # past their interval they throttle nothing
+                old = [x for x, at in self._sent_at.items() if at + self._interval <= now]
+                for lease in old:
+                    del self._sent_at[lease]
+            if not self._latest and not due:
+                self._idle = True
+                return due, None
+        return due, (now if due and next_at == math.inf else next_at)
+
+    def _restore(self, sent: list[tuple[Lease, str]]) -> None:
+        with self._lock:
+            for lease, text in sent:
+                self._latest.setdefault(lease, text)  # a newer value wins
+
+    async def flush_jobs(self, leases: Iterable[Lease]) -> None:
+        """Send the unsent progress of ``leases`` now (their outcome is about to be sent) and
+        forget them. No I/O when none of them has an unsent value."""
+        if not self._latest and not self._sent_at:
+            return
+        due: list[tuple[Lease, str]] = []
+        with self._lock:
+            for lease in leases:
+                text = self._latest.pop(lease, None)
+                self._sent_at.pop(lease, None)
+                if text is not None:
+                    due.append((lease, text))
+        if due:
+            with contextlib.suppress(*SERVER_ERRORS):  # advisory: the acks matter
+                await self._send(due)
+
+    async def _send(self, due: list[tuple[Lease, str]]) -> None:
+        by_queue: dict[str, list[tuple[Lease, str]]] = {}
+        for lease, text in due:
+            by_queue.setdefault(lease.queue, []).append((lease, text))
+        for name, items in by_queue.items():
+            q = self._queues[name]
+            for start in range(0, len(items), CHUNK):
+                chunk = items[start : start + CHUNK]
+                answers = await q.set_progress_many([(x.id, x.token, t) for x, t in chunk])
+                self.calls += 1
+                for (lease, _), answer in zip(chunk, answers, strict=True):
+                    if answer in (Answer.LOST, Answer.GONE):
+                        self._forget(lease)
+                    else:
+                        self.sent += 1
+
+    def _forget(self, lease: Lease) -> None:
+        with self._lock:
+            self._latest.pop(lease, None)
+            self._sent_at.pop(lease, None)
