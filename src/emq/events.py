@@ -52,6 +52,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "reprioritised": ("priority",),
     "payload_updated": (),
     "progress": ("progress",),
+    "cancel_requested": ("reason", "attempts"),
+    "cancelled": ("from", "reason", "attempts"),
     "repeat_skipped": ("repeat", "skipped", "tick"),
 }
 QUEUE_EVENTS = frozenset(
