@@ -45,8 +45,7 @@ def check_repeat_key(key: object) -> str:
     """A schedule key: 1-128 characters of ``A-Za-z0-9._:/-`` (a job name's grammar)."""
     if not isinstance(key, str) or not JOB_NAME.fullmatch(key):
         raise InvalidName(
-            f"schedule key {shown(key)} is invalid: use 1-128 characters from "
-            "A-Z a-z 0-9 . _ : / -"
+            f"schedule key {shown(key)} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
         )
     return key
 
