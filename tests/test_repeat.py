@@ -6,6 +6,7 @@ No timing asserts: a downtime is a start in the past, and every wait polls with 
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -281,3 +282,38 @@ async def test_the_async_twin(aqueue: AsyncQueue, client: redis.Redis) -> None:
     assert [x.key for x in await aqueue.repeats()] == ["a"]
     assert await aqueue.unrepeat("a") is True
     await aqueue.close()
+
+
+def test_cli_add_list_remove(url: str, qname: str, client: redis.Redis) -> None:
+    from click.testing import CliRunner
+
+    from emq.cli.main import cli
+
+    def emq(*args: str) -> tuple[int, str, str]:
+        r = CliRunner().invoke(cli, ["repeat", qname, *args, "--url", url])
+        return r.exit_code, r.stdout, r.stderr
+
+    berlin = ["--cron", "30 2 * * *", "--tz", "Europe/Berlin"]
+    code, out, _ = emq("add", "nightly", "report", *berlin, "--payload", '{"a": 1}', "--lane",
+                       "ops", "--json")  # fmt: skip
+    assert code == 0, out
+    added = json.loads(out)["repeat"]
+    assert (added["key"], added["cron"], added["lane"], added["payload"]) == (
+        "nightly", "30 2 * * *", "ops", {"a": 1},
+    )  # fmt: skip
+    code, out, _ = emq("add", "tick", "ping", "--every-ms", "60000", "--catch-up", "all")
+    assert code == 0 and "tick" in out and "every 60000 ms" in out
+    code, out, _ = emq("list", "--json")
+    assert sorted(r["key"] for r in json.loads(out)["repeats"]) == ["nightly", "tick"]
+    code, out, _ = emq("list")
+    assert code == 0 and "nightly" in out and "cron 30 2 * * * (Europe/Berlin)" in out
+    before = snapshot(client, qname)
+    for bad in (["--every-ms", "0"], ["--cron", "61 * * * *"], ["--cron", "* * * * *",
+                "--tz", "Nowhere/Else"], []):  # fmt: skip
+        code, _, err = emq("add", "bad", "j", *bad)
+        assert code == 2 and err.startswith("error:") and "Traceback" not in err, err
+    assert snapshot(client, qname) == before
+    code, out, _ = emq("remove", "tick", "--json")
+    assert (code, json.loads(out)) == (0, {"queue": qname, "key": "tick", "removed": True})
+    code, out, _ = emq("remove", "tick")
+    assert code == 1 and "no such schedule" in out

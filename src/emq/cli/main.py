@@ -5,7 +5,17 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import archive_cmds, cancel_cmd, demo, lanes_cmds, queue_cmds, race, server_cmds, worker_cmd
+from . import (
+    archive_cmds,
+    cancel_cmd,
+    demo,
+    lanes_cmds,
+    queue_cmds,
+    race,
+    repeat_cmds,
+    server_cmds,
+    worker_cmd,
+)
 from .common import EmqGroup
 
 
@@ -23,6 +33,7 @@ archive_cmds.register(cli)
 worker_cmd.register(cli)
 race.register(cli)
 cancel_cmd.register(cli)
+repeat_cmds.register(cli)
 
 
 def main() -> None:
