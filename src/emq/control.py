@@ -137,7 +137,8 @@ class Control:
         (``Cancel.DEAD``, ``Cancel.COMPLETED``; ``Cancel.CANCELLED`` if it was cancelled).
         Raises JobNotFound when the job has no row; ``reason`` is at most 1,000 characters.
         A cancelled job is never retried or recovered; ``redrive`` runs it again."""
-        return self._run(cancel_call(self.core, job_id, reason))
+        answer: Cancel = self._run(cancel_call(self.core, job_id, reason))
+        return answer
 
     # -- results and completed-job retention (emq.results) ---------------------------------
 

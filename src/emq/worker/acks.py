@@ -149,10 +149,13 @@ class AckBuffer:
         q, lease = ack.queue, ack.lease
         row: Any
         row, _ = await self._retry(
-            "settle", lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state"])
+            "settle",
+            lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state", "cancelled"]),
         )
-        token, state = row
-        if kind == "complete" and (
+        token, state, cancelled = row
+        if cancelled is not None and token == str(lease.token) and kind != "complete":
+            answer = Answer.CANCELLED  # a fail or hold of a cancelled job: dead, cancelled
+        elif kind == "complete" and (
             token is None or (state == "completed" and token == str(lease.token))
         ):  # deleted, or kept completed by this attempt (results, keep_completed)
             answer = Answer.COMPLETED
