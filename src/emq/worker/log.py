@@ -9,6 +9,7 @@ run's :class:`~.options.WorkerStats`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..records import Answer
@@ -79,8 +80,11 @@ class Report:
                   f"job id in {where} without its row (evicted or deleted by hand); dropped",
                   "missing", queue=queue, job=job_id, where=where)  # fmt: skip
 
-    def swept(self, queue: str, recovered: list[str], dead: list[str]) -> None:
-        """What a sweep this worker ran recovered and dead-lettered."""
+    def swept(
+        self, queue: str, recovered: list[str], dead: list[str], cancelled: Sequence[str] = ()
+    ) -> None:
+        """What a sweep this worker ran recovered and dead-lettered (``cancelled``: lapsed
+        leases of cancelled jobs, dead, cancelled; counted in ``cancelled``)."""
         s = self.stats
         s.sweeps += 1
         s.recovered += len(recovered)
@@ -91,3 +95,7 @@ class Report:
         for job_id in dead:
             event(self.log, "warning", "stalled job dead-lettered (max_stalled reached)",
                   "stalled_dead", queue=queue, job=job_id)  # fmt: skip
+        s.cancelled += len(cancelled)
+        for job_id in cancelled:
+            event(self.log, "info", "lapsed lease of a cancelled job: dead, cancelled",
+                  "cancelled", queue=queue, job=job_id, via="sweep")  # fmt: skip

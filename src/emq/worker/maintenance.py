@@ -89,7 +89,7 @@ class Maintenance:
         if not taken:
             return False
         result = await q.sweep_all(self._opts.max_stalled, self._opts.sweep_limit)
-        self._report.swept(q.name, result.recovered, result.dead)
+        self._report.swept(q.name, result.recovered, result.dead, result.cancelled)
         if result.missing:
             self._report.missing(q.name, result.missing, "active")
         return True
