@@ -78,8 +78,10 @@ class AsyncReads:
     ) -> list[Job]:
         """Jobs of a location in its order. ``pending`` is ordered by priority, then id, over
         every lane (or one ``lane``); the other locations hold every lane's jobs in one set
-        (``lane`` filters them)."""
-        key = self.core.location_key(location)
+        (``lane`` filters them). ``completed`` lists the kept completed jobs
+        (``keep_completed``), newest first."""
+        newest = location == "completed"
+        key = self.core.keys.completed if newest else self.core.location_key(location)
         if offset < 0 or not 0 < limit <= 10_000:
             raise InvalidOption("offset must be >= 0 and limit within 1..10000")
         want = None if lane is None else lane_arg(lane)
@@ -88,7 +90,7 @@ class AsyncReads:
                 ids = await self._pending_ids(offset, limit, want)
             else:
                 last = -1 if want else offset + limit - 1
-                ids = cast(list[str], await self.client.zrange(key, 0, last))
+                ids = cast(list[str], await self.client.zrange(key, 0, last, desc=newest))
                 ids = ids if want else ids[offset:]
             async with self.client.pipeline(transaction=True) as p:
                 for job_id in ids:

@@ -98,14 +98,18 @@ class Worker:
         max_attempts: int | None = None,
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
+        result_ttl_ms: int | None = None,
     ) -> None:
         """Register ``fn`` for jobs named ``name``, with an optional retry policy of its own:
         ``max_attempts`` (the job's own, set at enqueue, also applies: the smaller wins),
-        ``timeout_ms`` (hard limit of one attempt), ``backoff`` (delay before a retry)."""
+        ``timeout_ms`` (hard limit of one attempt), ``backoff`` (delay before a retry), and
+        ``result_ttl_ms``: keep its return value (JSON) that long, readable with
+        ``Queue.result`` (None: the queue's ``result_ttl_ms``; 0: not kept)."""
         check_job_name(name)
         self.handlers[name] = HandlerSpec.of(
-            name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff
-        )
+            name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
+            result_ttl_ms=result_ttl_ms,
+        )  # fmt: skip
 
     def handler(
         self,
@@ -114,6 +118,7 @@ class Worker:
         max_attempts: int | None = None,
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
+        result_ttl_ms: int | None = None,
     ) -> Callable[[F], F]:
         """Decorator: ``@worker.handler("send")``; the name defaults to the function's."""
 
@@ -124,6 +129,7 @@ class Worker:
                 max_attempts=max_attempts,
                 timeout_ms=timeout_ms,
                 backoff=backoff,
+                result_ttl_ms=result_ttl_ms,
             )
             return fn
 
