@@ -60,6 +60,15 @@ local function tick_id(tick, slot)
   return 'JOB' .. table.concat(digits)
 end
 
+for i = 3, #ARGV, GROUP do  -- refuse a bad call before the first write
+  local expect, tick, following = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
+    tonumber(ARGV[i + 4])
+  if not (expect and tick and following) or tick < expect or following <= tick then
+    return redis.error_reply('EMQARG ticks out of order for ' .. ARGV[i] .. ': ' ..
+      ARGV[i + 2] .. ', ' .. ARGV[i + 3] .. ', ' .. ARGV[i + 4])
+  end
+end
+
 local out = {now, -1}
 local ready = 0
 for i = 3, #ARGV, GROUP do
@@ -74,9 +83,6 @@ for i = 3, #ARGV, GROUP do
     answer = 'gone'
   elseif s[1] ~= version or tonumber(s[2]) ~= expect then
     answer = 'moved'
-  elseif tick < expect or following <= tick then
-    return redis.error_reply('EMQARG ticks out of order for ' .. key .. ': ' .. expect ..
-      ', ' .. tick .. ', ' .. following)
   elseif tick > now then
     answer = 'early'
   else
