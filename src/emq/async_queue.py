@@ -125,7 +125,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
                         break
                 else:
                     self._minter.lost()
-                    raise EmqError("no free id node number (1,024 processes are minting)")
+                    raise EmqError("no free id node number (1,023 processes are minting)")
                 await self._sync_clock()
             return self._minter.mint_many(n)
 

@@ -128,7 +128,7 @@ class Queue(Control, Reads, ShellBase):
                         break
                 else:
                     self._minter.lost()
-                    raise EmqError("no free id node number (1,024 processes are minting)")
+                    raise EmqError("no free id node number (1,023 processes are minting)")
                 self._sync_clock()
             return self._minter.mint_many(n)
 
