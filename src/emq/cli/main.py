@@ -13,6 +13,7 @@ from . import (
     queue_cmds,
     race,
     repeat_cmds,
+    result_cmd,
     server_cmds,
     worker_cmd,
 )
@@ -28,6 +29,7 @@ def cli() -> None:
 server_cmds.register(cli)
 queue_cmds.register(cli)
 lanes_cmds.register(cli)
+result_cmd.register(cli)
 demo.register(cli)
 archive_cmds.register(cli)
 worker_cmd.register(cli)
