@@ -53,7 +53,9 @@ DIRECT = {
 }  # fmt: skip
 SCRIPTS_OF = {
     "emq-producer": {"enqueue", "node_lease"},
-    "emq-worker": {"claim", "extend", "complete", "fail", "delay", "promote", "sweep_stalled"},
+    "emq-worker": {
+        "claim", "extend", "complete", "fail", "delay", "promote", "sweep_stalled", "progress",
+    },
     "emq-operator": {
         "redrive",
         "remove",
@@ -64,6 +66,10 @@ SCRIPTS_OF = {
         "sweep_stalled",
         "set_limits",
         "lanes",
+        "promote_job",
+        "reschedule",
+        "set_priority",
+        "update_payload",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.
