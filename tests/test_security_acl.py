@@ -55,6 +55,7 @@ SCRIPTS_OF = {
     "emq-producer": {"enqueue", "node_lease"},
     "emq-worker": {
         "claim", "extend", "complete", "fail", "delay", "promote", "sweep_stalled", "progress",
+        "due_repeats", "fire_repeats",
     },
     "emq-operator": {
         "redrive",
@@ -70,6 +71,8 @@ SCRIPTS_OF = {
         "reschedule",
         "set_priority",
         "update_payload",
+        "set_repeat",
+        "unrepeat",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.
