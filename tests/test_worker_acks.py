@@ -192,7 +192,7 @@ def test_job_context_makes_cancelled_on_first_use() -> None:
         queue="q", id="JOB1", name="n", token=3, attempts=1, stalled=0, beat=lambda: beats.append(1)
     )
     ctx.heartbeat("half")
-    assert beats == [1] and ctx.progress == "half" and ctx.cancel_reason == ""
+    assert beats == [1] and ctx.last_progress == "half" and ctx.cancel_reason == ""
     ctx.cancel("timeout")  # before anyone looked: the event made later is already set
     assert ctx.cancelled.is_set() and ctx.cancel_reason == "timeout"
     with pytest.raises(Cancelled):
