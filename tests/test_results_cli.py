@@ -62,3 +62,17 @@ def test_result_wait_returns_once_the_job_completes(url: str, qname: str) -> Non
     t.join(60)
     assert got == [(0, "[5]\n")]
     q.close()
+
+
+def test_jobs_completed_lists_kept_jobs_newest_first(url: str, qname: str) -> None:
+    q = Queue.from_url(url, qname, options=QueueOptions(keep_completed=(60_000, 2)))
+    ids = []
+    for i in range(3):
+        ids.append(q.enqueue("j", i))
+        (c,) = q.claim(1, 30_000)
+        q.complete(c.id, c.token)
+    code, out = run("jobs", qname, "completed", "--url", url, "--json")
+    assert code == 0 and [j["id"] for j in json.loads(out)["jobs"]] == ids[:0:-1]
+    code, out = run("jobs", qname, "completed", "--url", url)
+    assert code == 0 and "completed" in out and ids[2] in out
+    q.close()

@@ -172,7 +172,7 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.argument("queue")
-@click.argument("location", metavar="STATE", type=click.Choice(list(LOCATIONS)))
+@click.argument("location", metavar="STATE", type=click.Choice([*LOCATIONS, "completed"]))
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many first.")
 @click.option("--limit", type=int, default=50, show_default=True, help="List at most this many.")
 @url_option
@@ -180,17 +180,19 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
 def jobs(
     queue: str, location: str, offset: int, limit: int, url: str | None, as_json: bool
 ) -> None:
-    """List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's order.
+    """List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's order;
+    `completed`: the kept completed jobs (keep_completed), newest first.
 
     \b
     `schedule`, the name of the scheduled jobs' set, is accepted too."""
-    where = LOCATIONS[location]
+    where = LOCATIONS.get(location)
     with open_queue(url, queue) as q:
-        found = q.jobs(where.value, offset, limit)
+        found = q.jobs(where.value if where else location, offset, limit)
     if as_json:
         emit_json({"jobs": [_job_dict(j) for j in found]})
     else:
-        show(_jobs_table(f"{queue} / {STATE_OF_LOCATION[where].value}", found))
+        state = STATE_OF_LOCATION[where].value if where else location
+        show(_jobs_table(f"{queue} / {state}", found))
 
 
 @click.command()
