@@ -29,9 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness.private import url_or_private  # noqa: E402
+from harness.private import url_or_private
 
-from emq import JobSpec, Queue  # noqa: E402
+from emq import JobSpec, Queue
 
 
 def server_cpu_s(q: Queue) -> float:
@@ -83,7 +83,8 @@ def main() -> None:
     out["median"] = med
     out["ratio_lifo_over_fifo"] = {
         "bulk_jobs_per_s": statistics.median(
-            a["jobs_per_s"] / b["jobs_per_s"] for a, b in zip(runs["lifo"], runs["fifo"], strict=True)
+            a["jobs_per_s"] / b["jobs_per_s"]
+            for a, b in zip(runs["lifo"], runs["fifo"], strict=True)
         ),
         "single_jobs_per_s": statistics.median(
             a["jobs_per_s"] / b["jobs_per_s"]
