@@ -24,6 +24,7 @@ from emq import (
 from emq.keys import QueueKeys
 
 from .helpers import assert_consistent, where
+from .lanes_check import check_lanes
 
 MISSING = "JOB0000000000A"
 
@@ -116,6 +117,7 @@ def test_reschedule_moves_a_waiting_job_in_time(
         {"delay_ms": "0", "state": "pending"},
     ]
     assert_consistent(client, queue.name)
+    check_lanes(client, queue.name)
 
 
 @pytest.mark.parametrize("lane", [None, "tenant-1"])
@@ -152,6 +154,7 @@ def test_update_payload_is_what_the_worker_receives(
     assert (got.id, got.payload) == (s, [1, 2, 3])
     assert "payload_updated" in events_of(queue, a)
     assert_consistent(client, queue.name)
+    check_lanes(client, queue.name)
 
 
 # -- refused ----------------------------------------------------------------------------------
