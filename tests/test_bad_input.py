@@ -55,7 +55,7 @@ CASES: list[tuple[str, type[InvalidInput], Callable[[Queue], Any]]] = [
     ("negative lease", InvalidOption, lambda q: q.claim(1, lease_ms=-1)),
     ("negative extend lease", InvalidOption, lambda q: q.extend(GOOD_ID, 1, lease_ms=-5)),
     ("huge claim", InvalidOption, lambda q: q.claim(5000)),
-    ("unknown location", InvalidOption, lambda q: q.jobs("completed")),
+    ("unknown location", InvalidOption, lambda q: q.jobs("finished")),
     ("negative delay", InvalidOption, lambda q: q.enqueue("x", delay_ms=-1)),
     ("float priority", InvalidOption, lambda q: q.enqueue("x", priority=1.5)),
     ("zero token", InvalidOption, lambda q: q.complete(GOOD_ID, 0)),

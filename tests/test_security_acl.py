@@ -44,15 +44,15 @@ SAMPLE_QUEUE = "{orders}"
 # What each role's shell sends outside scripts (read from queue.py, async_queue.py,
 # durability.py and worker/): the static check adds the commands its scripts call.
 DIRECT = {
-    "emq-producer": {"evalsha", "script|load", "info"},
+    "emq-producer": {"evalsha", "script|load", "info", "blpop"},
     "emq-worker": {"evalsha", "script|load", "info", "blpop", "set", "hmget"},
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
-        "hgetall", "hget", "xrange", "xrevrange", "xread",
+        "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop",
     },
 }  # fmt: skip
 SCRIPTS_OF = {
-    "emq-producer": {"enqueue", "node_lease"},
+    "emq-producer": {"enqueue", "node_lease", "await_result"},
     "emq-worker": {
         "claim", "extend", "complete", "fail", "delay", "promote", "sweep_stalled", "progress",
         "due_repeats", "fire_repeats",
@@ -73,6 +73,8 @@ SCRIPTS_OF = {
         "update_payload",
         "set_repeat",
         "unrepeat",
+        "cancel",
+        "await_result",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.

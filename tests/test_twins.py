@@ -114,5 +114,5 @@ async def test_a_location_is_named_by_its_set_or_its_state(shell: Shell) -> None
     later = await shell("enqueue", "x", 1, delay_ms=60_000)
     assert [j.id for j in await shell("jobs", "schedule")] == [later]
     assert [j.id for j in await shell("jobs", "scheduled")] == [later]
-    with pytest.raises(InvalidOption, match="unknown location 'completed'"):
-        await shell("jobs", "completed")
+    with pytest.raises(InvalidOption, match="unknown location 'finished'"):
+        await shell("jobs", "finished")
