@@ -6,7 +6,9 @@ No timing asserts: a downtime is a start in the past, and every wait polls with 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import random
 import re
 import time
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from emq import AsyncQueue, InvalidInput, Queue
+from emq import AsyncQueue, InvalidInput, Queue, Worker, WorkerOptions
 from emq import repeats as rep
 from emq.errors import InvalidName, InvalidOption
 from emq.ids import EPOCH_MS, minted_at_ms, repeat_id
@@ -317,3 +319,43 @@ def test_cli_add_list_remove(url: str, qname: str, client: redis.Redis) -> None:
     assert (code, json.loads(out)) == (0, {"queue": qname, "key": "tick", "removed": True})
     code, out, _ = emq("remove", "tick")
     assert code == 1 and "no such schedule" in out
+
+
+def test_a_schedule_broken_by_hand_is_skipped_and_named_the_others_fire(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    start = server_ms(client) - 5_000
+    queue.repeat("good", "j", every_ms=1_000, start_at_ms=start)
+    queue.repeat("bad", "j", cron="* * * * *", start_at_ms=start)
+    client.hset(QueueKeys.of(qname).repeat("bad"), "tz", "Nowhere/Bogus")  # by hand
+    client.zadd(QueueKeys.of(qname).repeats, {"bad": start})  # and due now
+    fired = queue.fire_repeats()
+    assert fired.broken == ["bad"]
+    assert len(fired.jobs) == 1 and next(x for x in queue.repeats() if x.key == "good").fired == 1
+    check_lanes(client, qname)
+
+
+async def test_a_worker_logs_a_broken_schedule_once_and_keeps_firing_the_others(
+    queue: Queue, client: redis.Redis, qname: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+    w = Worker(queue, options=WorkerOptions(concurrency=1, stalled_interval_ms=200))
+
+    @w.handler("j")
+    async def j(payload: Any) -> None:
+        ran.append("j")
+
+    queue.repeat("good", "j", every_ms=100)
+    queue.repeat("bad", "j", cron="* * * * *")
+    client.hset(QueueKeys.of(qname).repeat("bad"), "cron", "not a cron")
+    client.zadd(QueueKeys.of(qname).repeats, {"bad": server_ms(client) - 1})
+    with caplog.at_level(logging.ERROR, logger="emq.worker"):
+        task = asyncio.create_task(w.run())
+        deadline = time.monotonic() + 60
+        while len(ran) < 5 and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.05)
+        w.stop()
+        await asyncio.wait_for(task, 60)  # run() returns: no component died
+    assert len(ran) >= 5
+    named = [r for r in caplog.records if getattr(r, "emq", {}).get("event") == "repeat_broken"]
+    assert [r.emq["key"] for r in named] == ["bad"]  # type: ignore[attr-defined]

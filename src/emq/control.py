@@ -110,12 +110,14 @@ class Control:
         """One round of firing: every due tick of up to ``limit`` due schedules becomes a
         job, in two round trips (one, a cheap read, when nothing is due). Any number of
         callers at once make one job per tick; a tick never fires before the server clock
-        reaches it. The worker's maintenance beat calls this; ``Fired.next_ms`` (with
+        reaches it. A due schedule whose stored spec yields no tick (edited by hand) is
+        skipped and named in ``Fired.broken``. The worker's maintenance beat calls this;
+        ``Fired.next_ms`` (with
         ``now_ms``) says when to call again."""
         read = self._run(rep.due_repeats(self.core, limit))
-        groups = rep.plan(read)
+        groups, broken = rep.plan(read)
         if not groups:
-            return rep.Fired([], read.now_ms, read.next_ms, {})
+            return rep.Fired([], read.now_ms, read.next_ms, {}, broken)
         jobs: list[str] = []
         answers: dict[str, int] = {}
         fired = rep.Fired(jobs, read.now_ms, read.next_ms, answers)
@@ -124,7 +126,7 @@ class Control:
             jobs += fired.jobs
             for answer, n in fired.answers.items():
                 answers[answer] = answers.get(answer, 0) + n
-        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers)
+        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers, broken)
 
     # -- cancellation (emq.cancel) ---------------------------------------------------------
 

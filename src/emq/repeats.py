@@ -13,7 +13,7 @@ next tick, so any number of firers make one job per tick.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .calls import (
@@ -150,8 +150,14 @@ class Due:
     key: str
     version: str
     next_ms: int
-    rule: TickRule
+    spec: tuple[str, str, str, str]  # every_ms, start_at_ms, cron, tz as stored ('' = none)
     catch_up: str
+
+    @property
+    def rule(self) -> TickRule:
+        """Its tick rule; raises if the stored spec is not one ``repeat()`` would write."""
+        every, start, cron, tz = self.spec
+        return TickRule(int(every) if every else None, int(start or 0), cron or None, tz or "UTC")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +171,8 @@ def _decode_due(reply: list[Any]) -> DueRead:
     due = []
     for i in range(2, len(reply), 8):
         key, version, next_ms, every, cron, tz, catch_up, start = reply[i : i + 8]
-        rule = TickRule(int(every) if every else None, int(start or 0), cron or None, tz or "UTC")
-        due.append(Due(key, version, int(next_ms), rule, catch_up))
+        spec = (every or "", start or "", cron or "", tz or "")
+        due.append(Due(key, version, int(next_ms), spec, catch_up))
     return DueRead(int(reply[0]), None if int(reply[1]) < 0 else int(reply[1]), due)
 
 
@@ -179,19 +185,26 @@ def due_repeats(core: QueueCore, limit: int = DUE_LIMIT) -> Call[DueRead]:
 Group = tuple[str, str, int, int, int, int]  # key, version, expect, tick, following, skipped
 
 
-def plan(read: DueRead) -> list[Group]:
+def plan(read: DueRead) -> tuple[list[Group], list[str]]:
     """The groups for fire_repeats.lua: per due schedule, its ticks up to the server's now
     (catch_up "all": every one, at most 1,000 a call; "latest": the latest, the others
-    counted as skipped), each chained on the next tick the one before leaves."""
+    counted as skipped), each chained on the next tick the one before leaves; and the keys
+    of the due schedules whose stored spec yields no tick (edited by hand into an unknown
+    zone or a bad cron): skipped, so one broken schedule never stops the others firing."""
     groups: list[Group] = []
+    broken: list[str] = []
     for d in read.due:
-        ticks, following, skipped = d.rule.due(d.next_ms, read.now_ms, d.catch_up)
+        try:
+            ticks, following, skipped = d.rule.due(d.next_ms, read.now_ms, d.catch_up)
+        except Exception:  # any error of the tz database or the cron library: see above
+            broken.append(d.key)
+            continue
         if d.catch_up == "all":
             chain = [*ticks, following]
             groups += [(d.key, d.version, t, t, chain[n + 1], 0) for n, t in enumerate(ticks)]
         else:
             groups.append((d.key, d.version, d.next_ms, ticks[0], following, skipped))
-    return groups
+    return groups, broken
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +217,7 @@ class Fired:
     now_ms: int
     next_ms: int | None
     answers: dict[str, int]
+    broken: list[str] = field(default_factory=list)  # due schedules whose spec is unusable
 
 
 def _decode_fired(reply: list[Any]) -> Fired:

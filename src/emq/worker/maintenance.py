@@ -43,7 +43,7 @@ class Maintenance:
         self._owner = uuid.uuid4().hex[:12]
         self._next_sweep = 0.0
         self._next_beat = 0.0  # monotonic s
-        self.repeats = RepeatBeat(queues)
+        self.repeats = RepeatBeat(queues, report.log)
 
     @property
     def period_s(self) -> float:

@@ -8,22 +8,30 @@ round trip (``fire_repeats.lua``) when something is. Its reply carries the serve
 the earliest next tick; the wait until then is taken on the local monotonic clock from the
 moment the reply arrived, so it is never early (a wake-up up to half a round trip late).
 A queue without schedules is read once per beat (``everyone=True``) and not in between.
+
+A due schedule whose stored spec yields no tick (edited by hand into an unknown zone or a bad
+cron) is skipped and logged once per key; while one is due, its queue is fired once per beat,
+not in between (its stored next tick stays in the past).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
 
 from ..async_queue import AsyncQueue
+from .log import event
 
 SLACK_S = 0.001  # wake a ms after the tick: the server's clock must have reached it
 
 
 class RepeatBeat:
-    def __init__(self, queues: Sequence[AsyncQueue]) -> None:
+    def __init__(self, queues: Sequence[AsyncQueue], log: logging.Logger) -> None:
         self._queues = queues
+        self._log = log
+        self._broken: set[tuple[str, str]] = set()  # (queue, key) already logged
         self._due_at = [0.0] * len(queues)  # monotonic s when each queue's next tick is due
         self.fired = 0  # jobs made by this worker's firing (any other firer may make others)
 
@@ -40,7 +48,15 @@ class RepeatBeat:
             done = await q.fire_repeats()
             got = time.monotonic()
             self.fired += len(done.jobs)
-            if done.next_ms is None:
+            for key in done.broken:
+                if (q.name, key) not in self._broken:
+                    self._broken.add((q.name, key))
+                    event(self._log, "error", "a repeating schedule's stored spec yields no "
+                          "tick; it is skipped until repeat() writes it again", "repeat_broken",
+                          queue=q.name, key=key)  # fmt: skip
+            if done.broken:
+                self._due_at[i] = math.inf  # its next tick is past: fire again at the next beat
+            elif done.next_ms is None:
                 self._due_at[i] = math.inf
             else:
                 self._due_at[i] = got + max(0, done.next_ms - done.now_ms) / 1000 + SLACK_S
