@@ -12,8 +12,9 @@ Each round, for each side (the order rotates from round to round), in a child pr
 its own: ``Queue.enqueue_many`` of ``--jobs`` ``("noop", None)`` jobs, 10,000 per call (jobs/s
 from the first call to the last reply), then one ``Worker`` (burst mode, async handler that
 returns ``1``, concurrency ``--conc``) drains them (jobs/s between the 10th and 90th
-percentile of handler starts, as ``worker_rate.py`` counts). Around the drain, the server's
-CPU per job (``INFO cpu``, user + sys).
+percentile of handler starts, as ``worker_rate.py`` counts). Around the drain, the worker
+process's own CPU per job and the server's (``INFO cpu``, user + sys): on a shared machine the
+CPU times vary much less than the rates.
 
 Sides: ``base``, ``new``, and with ``--extra`` the new tree with results kept
 (``results``: ``QueueOptions(result_ttl_ms=60_000)``) or completed jobs retained (``keep``:
@@ -94,12 +95,14 @@ def child(side: str, url: str, jobs: int, conc: int) -> None:
         enqueue_rate = jobs / (time.perf_counter() - t0)
         q.client.delete(q.core.keys.wake)
     client = redis.Redis.from_url(url)
-    cpu0 = server_cpu(client)
+    cpu0, mine0 = server_cpu(client), time.process_time()
     starts = asyncio.run(drain(url, queue, conc, OPTIONS[side]))
+    worker_us = (time.process_time() - mine0) / jobs * 1e6
     server_us = (server_cpu(client) - cpu0) / jobs * 1e6
     with Queue.from_url(url, queue) as q:
         q.obliterate(force=True)
     out = {"enqueue": enqueue_rate, "rate": rate(starts), "server_us": server_us}
+    out["worker_us"] = worker_us
     out["emq"] = emq.__file__
     print(json.dumps(out))
 
@@ -157,14 +160,15 @@ def main() -> None:
                     got = run_child(side, src, url, args)
                     figures[side].append(got)
                     print(f"round {r + 1} {side:8} enqueue {got['enqueue']:9,.0f}/s  "
-                          f"processing {got['rate']:9,.0f}/s  server {got['server_us']:5.1f} "
-                          "us/job", flush=True)  # fmt: skip
+                          f"processing {got['rate']:9,.0f}/s  CPU/job: worker "
+                          f"{got['worker_us']:5.1f} us, server {got['server_us']:5.1f} us",
+                          flush=True)  # fmt: skip
         finally:
             server.stop()
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)])
     print(f"\n{args.jobs:,} jobs, {args.rounds} rounds; ratio to base within each round, median:")
     for side in sides[1:]:
-        for what in ("enqueue", "rate", "server_us"):
+        for what in ("enqueue", "rate", "worker_us", "server_us"):
             ratios = [
                 s[what] / b[what] for s, b in zip(figures[side], figures["base"], strict=True)
             ]

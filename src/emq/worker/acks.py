@@ -65,7 +65,9 @@ class AckBuffer:
         report: Report,
         landed: Callable[[list[Ack]], None] | None = None,
         before: Callable[[Iterable[Lease]], Awaitable[None]] | None = None,
+        keeps_results: bool = True,
     ) -> None:
+        self._keeps = keeps_results  # False: no queue or handler keeps results (plain acks)
         self._outage = outage
         self._log = log
         self._report = report
@@ -127,7 +129,7 @@ class AckBuffer:
         if self._before is not None:
             await self._before(a.lease for a in acks)
         if kind == "complete":
-            answers, retried = await self._retry("complete", _completion(q, acks))
+            answers, retried = await self._retry("complete", _completion(q, acks, self._keeps))
         elif kind == "hold":  # RateLimited: back to pending, no attempt spent, the lane held
             holds = [
                 (a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks
@@ -172,12 +174,15 @@ class AckBuffer:
         return answer
 
 
-def _completion(q: AsyncQueue, acks: list[Ack]) -> Callable[[], Awaitable[list[Answer]]]:
+def _completion(
+    q: AsyncQueue, acks: list[Ack], keeps: bool
+) -> Callable[[], Awaitable[list[Answer]]]:
     """The complete call of a batch: plain (pairs only) unless the queue keeps results or
     completed jobs or an outcome carries a result to keep; then each job keeps what its own
-    outcome says (a handler's ``result_ttl_ms=0`` keeps no result on a queue that does)."""
+    outcome says (a handler's ``result_ttl_ms=0`` keeps no result on a queue that does).
+    ``keeps`` False: nothing in this worker keeps anything, so no outcome is looked at."""
     options = q.core.options
-    if (
+    if keeps and (
         options.keep_completed
         or options.result_ttl_ms
         or any(a.outcome.result_ttl_ms for a in acks)

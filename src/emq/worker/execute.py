@@ -178,8 +178,12 @@ class Slots:
         executor: Executor,
         settle: Settle,
         freed: Callable[[], None],
+        keeps_results: bool = True,
     ) -> None:
         self.handlers = handlers
+        # False when no queue and no handler keeps results: a return value is then ignored
+        # without a call per job (the plain path)
+        self.keeps_results = keeps_results
         self.concurrency = concurrency
         self.timeout_ms = timeout_ms
         self.default_max = default_max
@@ -292,7 +296,10 @@ class Slots:
                 job.returned = job.settled = True
                 self.busy -= 1
                 self.live.discard(job)
-                self._settle(job, DISCARD if job.dropped else self.completed(job, value))
+                done = DISCARD if job.dropped else COMPLETE
+                if self.keeps_results and done is COMPLETE:
+                    done = self.completed(job, value)
+                self._settle(job, done)
                 self._freed()
                 return
             outcome = self.completed(job, value)

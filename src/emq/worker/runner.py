@@ -87,7 +87,11 @@ class Runner:
         self.beat = Maintenance(self.queues, o, self.outage, self.report)
         by_name = {q.name: q for q in self.queues}
         self.progress = Progress(by_name, o.progress_interval_ms, self.outage)
-        self.acks = AckBuffer(self.outage, log, self._acked, self._landed, self.progress.flush_jobs)
+        keeps = any(h.result_ttl_ms for h in handlers.values()) or any(
+            q.core.options.result_ttl_ms or q.core.options.keep_completed for q in self.queues
+        )  # does anything keep results or completed jobs? If not, acks stay plain
+        self.acks = AckBuffer(self.outage, log, self._acked, self._landed,
+                              self.progress.flush_jobs, keeps_results=keeps)  # fmt: skip
         self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.slots = Slots(
             handlers,
@@ -98,6 +102,7 @@ class Runner:
             executor=self.executor,
             settle=self._settle,
             freed=self._freed,
+            keeps_results=keeps,
         )
         self.ready: deque[Held] = deque()  # claimed, not started
         self.cancels = Cancels(slots=self.slots, ready=self.ready, settle=self._settle,
@@ -335,8 +340,8 @@ class Runner:
         return total
 
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
-        name, beat = q.name, self.hb.beat_now
-        jobs = [Held(q, name, c, beat, self.progress.put) for c in claimed]
+        name, beat, report = q.name, self.hb.beat_now, self.progress.put
+        jobs = [Held(q, name, c, beat, report) for c in claimed]
         self.hb.add_many(jobs)
         self.ready.extend(jobs)
         self.stats.claimed += len(jobs)
