@@ -10,6 +10,7 @@ from emq import edits
 from emq import repeats as rep
 from emq.calls import QueueCore, node_lease
 from emq.cancel import cancel_call
+from emq.flows import flow_call, flow_plan
 from emq.records import JobSpec
 from emq.results import await_result
 from emq.scripts import SCRIPTS, parse_header
@@ -18,10 +19,14 @@ ID = "JOB0000000000A"
 core = QueueCore("hdr")
 spec_group = core.job_spec(JobSpec("send", {"a": 1}))
 spec_group[0] = ID
+flow_nodes = flow_plan(core, JobSpec("sum"), [JobSpec("part")])  # two groups
+for _n, _node in enumerate(flow_nodes):
+    _node.group[0] = f"JOB000000000{_n}A"
 
 # one sample call per script, with two items where the script takes a repeated group
 SAMPLES = {
     "enqueue": core.enqueue([spec_group, list(spec_group)]),
+    "enqueue_flow": flow_call(core, flow_nodes),
     "claim": core.claim(5, 1000),
     "extend": core.extend([(ID, 1), (ID, 2)], 1000),
     "complete": core.complete([(ID, 1), (ID, 2)]),

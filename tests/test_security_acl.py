@@ -45,17 +45,25 @@ SAMPLE_QUEUE = "{orders}"
 # durability.py and worker/): the static check adds the commands its scripts call.
 DIRECT = {
     "emq-producer": {"evalsha", "script|load", "info", "blpop"},
-    "emq-worker": {"evalsha", "script|load", "info", "blpop", "set", "hmget"},
+    "emq-worker": {"evalsha", "script|load", "info", "blpop", "set", "hmget", "hgetall"},
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
         "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop",
     },
 }  # fmt: skip
 SCRIPTS_OF = {
-    "emq-producer": {"enqueue", "node_lease", "await_result"},
+    "emq-producer": {"enqueue", "enqueue_flow", "node_lease", "await_result"},
     "emq-worker": {
-        "claim", "extend", "complete", "fail", "delay", "promote", "sweep_stalled", "progress",
-        "due_repeats", "fire_repeats",
+        "claim",
+        "extend",
+        "complete",
+        "fail",
+        "delay",
+        "promote",
+        "sweep_stalled",
+        "progress",
+        "due_repeats",
+        "fire_repeats",
     },
     "emq-operator": {
         "redrive",

@@ -232,6 +232,7 @@ def test_remove_from_each_location(queue: Queue, client: redis.Redis) -> None:
         "active": set(),
         "schedule": set(),
         "dead": set(),
+        "waiting": set(),
     }
 
 

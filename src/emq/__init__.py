@@ -36,6 +36,7 @@ from .errors import (
     WrongState,
 )
 from .events import Event
+from .flows import Child, Flow, FlowIds
 from .lanes import Lane, Limits, RateLimited
 from .queue import Queue
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
@@ -49,6 +50,7 @@ __all__ = [
     "Backoff",
     "Cancel",
     "CancelRequested",
+    "Child",
     "Claimed",
     "Claims",
     "DuplicateConflict",
@@ -56,6 +58,8 @@ __all__ = [
     "EnqueuedId",
     "Event",
     "Floor",
+    "Flow",
+    "FlowIds",
     "InvalidId",
     "InvalidInput",
     "InvalidName",

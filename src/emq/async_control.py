@@ -16,12 +16,13 @@ from typing import Any, cast
 
 import redis.asyncio
 
-from . import edits, results, scripts
+from . import edits, flows, results, scripts
 from . import repeats as rep
 from .calls import Call, QueueCore
 from .cancel import Cancel, cancel_call
 from .errors import EmqError, ResultTimeout
-from .records import Answer
+from .ids import check_id
+from .records import Answer, JobSpec
 from .shell import BULK_FLOOR, ShellBase, expect
 
 
@@ -36,6 +37,28 @@ class AsyncControl:
 
     async def _bulk_limit(self) -> int | None:  # provided by AsyncQueue
         raise NotImplementedError
+
+    async def new_ids(self, n: int) -> list[str]:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    # -- flows (emq.flows) -----------------------------------------------------------------
+
+    async def enqueue_flow(
+        self, parent: JobSpec, children: list[JobSpec | flows.Flow]
+    ) -> flows.FlowIds:
+        """Admit ``parent`` and its ``children`` (a child given as ``Flow(job, children)``
+        has children of its own: a tree) in one indivisible step, all or nothing. A job with
+        children waits (``Location.WAITING``) and becomes pending in the step that finishes
+        its last child; a child's ``on_failure`` says what its death does (docs/flows.md).
+        Every child must be of this queue. Returns the ids in the shape of the tree. Bad
+        input is refused before anything is written; an id that exists raises
+        DuplicateConflict and writes nothing."""
+        nodes = flows.flow_plan(self.core, parent, children)
+        blank = [n for n in nodes if not n.group[0]]
+        for node, minted in zip(blank, await self.new_ids(len(blank)), strict=True):
+            node.group[0] = minted
+        await self._run(flows.flow_call(self.core, nodes))
+        return flows.flow_ids(nodes)
 
     # -- repeating jobs and cron (emq.repeats) ---------------------------------------------
 
@@ -126,6 +149,20 @@ class AsyncControl:
             for answer, n in fired.answers.items():
                 answers[answer] = answers.get(answer, 0) + n
         return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers, broken)
+
+    async def children(self, job_id: str) -> list[flows.Child]:
+        """The children of the flow parent ``job_id``: each one's id, status ('' while
+        unfinished; completed, dead, removed, cancelled) and result (None when none was
+        kept), read in one round trip. Empty once the parent completed (its record goes
+        with it) or when it has none. ``ctx.children()`` in the parent's handler reads the
+        same."""
+        key = self.core.keys.flow(check_id(job_id))
+        with scripts.translated():
+            async with self.client.pipeline(transaction=False) as p:
+                p.hgetall(key)
+                p.hgetall(key + ":results")
+                statuses, found = await p.execute()
+        return flows.decode_children(statuses, found)
 
     # -- cancellation (emq.cancel) ---------------------------------------------------------
 

@@ -117,6 +117,10 @@ class QueueCore:
 
     def job_spec(self, spec: JobSpec) -> list[Arg]:
         """Validate a job and return its ARGV group for enqueue.lua (id '' until minted)."""
+        if spec.queue is not None or spec.on_failure != "fail_parent":
+            raise InvalidOption(
+                "queue= and on_failure= are for the children of a flow: use enqueue_flow"
+            )
         return self.job_group(
             spec.name, spec.payload, spec.delay_ms, spec.priority, spec.max_attempts, spec.key,
             spec.id, spec.lane, spec.lifo,

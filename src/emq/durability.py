@@ -57,7 +57,9 @@ from .shell import UNREACHABLE
 
 log = logging.getLogger(__name__)
 
-DURABLE_SCRIPTS = frozenset({"enqueue", "complete", "fail", "delay", "redrive", "remove"})
+DURABLE_SCRIPTS = frozenset(
+    {"enqueue", "enqueue_flow", "complete", "fail", "delay", "redrive", "remove"}
+)
 """The writes that ``durability="aof"`` confirms: admitting and finishing a job, and the
 operator's moves. Claims, extends, promotes and sweeps are not waited for: losing one to a
 rollback puts a job back where a worker or the sweep finds it again."""

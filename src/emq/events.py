@@ -37,6 +37,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "completed": ("attempts",),
     "retrying": ("attempts", "error", "delay_ms"),
     "dead": ("attempts", "error", "name", "payload", "stalled"),
+    "ready": (),  # a flow's parent left waiting: its last child finished (docs/flows.md)
     "delayed": ("attempts", "delay_ms"),
     "stalled": ("attempts", "stalled"),
     "redriven": ("attempts",),

@@ -102,6 +102,11 @@ class QueueKeys:
         """The row of ``job_id``; the caller must have validated the id."""
         return self._k("job:" + job_id)
 
+    def flow(self, job_id: str) -> str:
+        """A flow parent's HASH child id -> status ('' while unfinished); ``+ ":results"``
+        is its HASH child id -> result JSON (docs/flows.md)."""
+        return self._k("flow:" + job_id)
+
     def dedup(self, key: str) -> str:
         return self._k("de:" + key)
 

@@ -26,7 +26,10 @@ class EnqueuedId(str):
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to enqueue, validated on construction. ``lifo``: the job goes ahead of the jobs
-    waiting at its priority, the newest lifo job first (docs/control.md)."""
+    waiting at its priority, the newest lifo job first (docs/control.md). ``queue`` and
+    ``on_failure`` are for a child of a flow (``enqueue_flow``, docs/flows.md): what its
+    death does to its parent, ``"fail_parent"`` (the default), ``"ignore"`` or
+    ``"continue"``."""
 
     name: str
     payload: Any = None
@@ -37,6 +40,8 @@ class JobSpec:
     id: str | None = None
     lane: str | None = None
     lifo: bool = False
+    queue: str | None = None
+    on_failure: str = "fail_parent"
 
 
 @dataclass(frozen=True, slots=True)

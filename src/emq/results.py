@@ -52,7 +52,8 @@ def complete(
 ) -> Call[list[Answer]]:
     """Complete jobs keeping what the queue and each item ask for: per item ``(id, token,
     result JSON text or None, result_ttl_ms)``; with ``result_ttl_ms`` > 0 the result is
-    kept (``None`` keeps ``null``), and the queue's ``keep_completed`` keeps the row. Per
+    kept (``None`` keeps ``null``), and the queue's ``keep_completed`` keeps the row. A
+    flow's child keeps a result given for its parent whatever its ttl (docs/flows.md). Per
     job: ``COMPLETED``, ``LOST`` or ``GONE``."""
     k = core.keys
     age, count = core.options.keep_completed or (0, 0)
@@ -62,7 +63,8 @@ def complete(
         args += _pairs([(job_id, token)])
         if ttl.__class__ is not int or not 0 <= ttl <= MAX_KEEP_MS:
             check_int("result_ttl_ms", ttl, 0, MAX_KEEP_MS, "ms")
-        args += ["null" if result is None else result, ttl] if ttl else ["", 0]
+        # with ttl 0 a given result is still sent: a flow's parent keeps its child's
+        args += ["null" if result is None else result, ttl] if ttl else [result or "", 0]
         n += 1
     if n == 0:
         raise InvalidOption("complete needs at least one job")

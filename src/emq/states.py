@@ -15,6 +15,7 @@ class JobState(StrEnum):
     SCHEDULED = "scheduled"
     DEAD = "dead"
     COMPLETED = "completed"
+    WAITING = "waiting"
 
 
 class Location(StrEnum):
@@ -24,6 +25,7 @@ class Location(StrEnum):
     ACTIVE = "active"
     SCHEDULE = "schedule"
     DEAD = "dead"
+    WAITING = "waiting"  # a flow's parent, waiting on its children (docs/flows.md)
 
 
 STATE_OF_LOCATION: dict[Location, JobState] = {
@@ -31,11 +33,16 @@ STATE_OF_LOCATION: dict[Location, JobState] = {
     Location.ACTIVE: JobState.ACTIVE,
     Location.SCHEDULE: JobState.SCHEDULED,
     Location.DEAD: JobState.DEAD,
+    Location.WAITING: JobState.WAITING,
 }
 
 # transition -> (from states, to states). Each entry is one Lua script in emq/lua/.
 TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     "enqueue": (frozenset(), frozenset({JobState.PENDING, JobState.SCHEDULED})),
+    # a flow (docs/flows.md): its parents wait, its leaves are pending; a parent leaves
+    # waiting in the step that finishes its last child (complete, fail, sweep_stalled,
+    # cancel, remove)
+    "enqueue_flow": (frozenset(), frozenset({JobState.WAITING, JobState.PENDING})),
     "claim": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset({JobState.ACTIVE})),
     "extend": (frozenset({JobState.ACTIVE}), frozenset({JobState.ACTIVE})),
     "complete": (frozenset({JobState.ACTIVE}), frozenset({JobState.COMPLETED})),
@@ -45,7 +52,9 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     "sweep_stalled": (frozenset({JobState.ACTIVE}), frozenset({JobState.PENDING, JobState.DEAD})),
     "redrive": (frozenset({JobState.DEAD}), frozenset({JobState.PENDING})),
     "remove": (
-        frozenset({JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD}),
+        frozenset(
+            {JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD, JobState.WAITING}
+        ),
         frozenset(),
     ),
     "drain": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset()),
@@ -69,7 +78,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     # waiting or scheduled -> dead (cancelled); active stays active with a cancel requested
     # (its worker's fail, or the sweep, then makes it dead: see fail and sweep_stalled)
     "cancel": (
-        frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.ACTIVE}),
+        frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.ACTIVE, JobState.WAITING}),
         frozenset({JobState.DEAD, JobState.ACTIVE}),
     ),
 }

@@ -48,6 +48,21 @@
 --                       'cancelled: <reason>', died_at = now, its 'cancel' field dropped;
 --                       metrics cancelled + 1, a 'cancelled' event (from = where it was),
 --                       result() waiters told 'cancelled'
+-- flow_child_done(prefix, k_pending, parent, id, status, result, policy, now)  a child of
+--                       a flow (docs/flows.md) ended: status completed | dead | cancelled |
+--                       removed; counted once in flow:<parent> (a status already final is
+--                       never counted again; a dead child with policy 'continue' stays
+--                       unfinished); result (JSON text or '') kept in flow:<parent>:results;
+--                       the waiting parent becomes pending when its children_left reaches 0,
+--                       or dead when a child with policy fail_parent (the default) died (its
+--                       own parent told in turn)
+-- cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics, id, f, reason,
+--                       now)  a waiting, scheduled or waiting-on-children job leaves its set
+--                       for dead, cancelled (to_cancelled); f is its row's HMGET of state,
+--                       lane, attempts, waiters, cancel, cancelled, parent, on_failure. A
+--                       flow's parent takes its unfinished children with it, in this step
+--                       (a leased child gets a cancel request); a flow's child is counted
+--                       for its parent. Returns where the job was, or false (in none)
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing', cancelled = 'cancelled'}
@@ -206,6 +221,71 @@ local function to_cancelled(prefix, k_dead, k_metrics, id, reason, from, attempt
   redis.call('HINCRBY', k_metrics, 'cancelled', 1)
   emit('event', 'cancelled', 'job', id, 'from', from, 'reason', reason, 'attempts', attempts)
   tell_waiters(prefix, id, waiters, 'cancelled', err)
+end
+
+local function flow_child_done(prefix, k_pending, parent, id, status, result, policy, now)
+  local k_flow = prefix .. 'flow:' .. parent
+  if redis.call('HGET', k_flow, id) ~= '' then return end  -- gone, or counted already
+  local died = status ~= 'completed'
+  if died and status ~= 'removed' and policy == 'continue' then return end
+  redis.call('HSET', k_flow, id, status)
+  if result and result ~= '' then redis.call('HSET', k_flow .. ':results', id, result) end
+  local prow = prefix .. 'job:' .. parent
+  local left = redis.call('HINCRBY', prow, 'children_left', -1)
+  local p = redis.call('HMGET', prow, 'state', 'priority', 'lane', 'lifo', 'waiters', 'parent',
+    'on_failure', 'attempts', 'name', 'payload', 'stalled')
+  if p[1] ~= 'waiting' then return end
+  if died and status ~= 'removed' and policy ~= 'ignore' then
+    local err = 'child ' .. id .. ' ' .. status
+    redis.call('ZREM', prefix .. 'waiting', parent)
+    redis.call('HSET', prow, 'state', 'dead', 'last_error', err, 'died_at', now)
+    redis.call('ZADD', prefix .. 'dead', now, parent)
+    redis.call('HINCRBY', prefix .. 'metrics', 'dead', 1)
+    emit('event', 'dead', 'job', parent, 'attempts', p[8], 'error', err, 'name', p[9],
+      'payload', p[10], 'stalled', p[11])
+    tell_waiters(prefix, parent, p[5], 'dead', err)
+    if p[6] then
+      flow_child_done(prefix, k_pending, p[6], parent, 'dead', '', p[7], now)
+    end
+  elseif left <= 0 then
+    redis.call('ZREM', prefix .. 'waiting', parent)
+    redis.call('HSET', prow, 'state', 'pending')
+    to_pending(k_pending, parent, p[2], p[3], p[4])
+    wake(prefix .. 'wake', 1)
+    emit('event', 'ready', 'job', parent)
+  end
+end
+
+local function cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics,
+    job, f, reason, now)
+  local from = false
+  if redis.call('ZREM', lane_pending_key(k_pending, lane_of(f[2])), job) == 1 then
+    from = 'pending'
+  elseif redis.call('ZREM', k_schedule, job) == 1 then
+    from = 'schedule'
+  elseif redis.call('ZREM', prefix .. 'waiting', job) == 1 then
+    from = 'waiting'
+  end
+  if not from then return false end
+  to_cancelled(prefix, k_dead, k_metrics, job, reason, from, f[3], f[4], now)
+  if from == 'waiting' then
+    local kids = redis.call('HGETALL', prefix .. 'flow:' .. job)
+    for i = 1, #kids, 2 do
+      if kids[i + 1] == '' then
+        local kid = kids[i]
+        local g = redis.call('HMGET', prefix .. 'job:' .. kid, 'state', 'lane', 'attempts',
+          'waiters', 'cancel', 'cancelled', 'parent', 'on_failure')
+        if g[1] and not cancel_waiting(prefix, k_pending, k_schedule,
+            k_active, k_dead, k_metrics, kid, g, reason, now) and redis.call('ZSCORE', k_active, kid)
+            and not g[5] then
+          redis.call('HSET', prefix .. 'job:' .. kid, 'cancel', reason)
+          emit('event', 'cancel_requested', 'job', kid, 'reason', reason, 'attempts', g[3])
+        end
+      end
+    end
+  end
+  if f[7] then flow_child_done(prefix, k_pending, f[7], job, 'cancelled', '', f[8], now) end
+  return from
 end
 
 local function waiting_job(k_pending, k_schedule, id, ...)

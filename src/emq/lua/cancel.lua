@@ -1,4 +1,4 @@
--- cancel: pending | schedule -> dead (cancelled); active -> active (cancel requested)
+-- cancel: pending | schedule | waiting -> dead (cancelled); active -> active (cancel requested)
 --
 -- Cancels one job, by what it is doing at this instant (docs/control.md, Cancellation):
 -- waiting (any lane) or scheduled: it leaves its set and joins dead in this same step, so no
@@ -26,8 +26,11 @@
 --   keeps the first reason) | 'dead' (already dead, not by a cancel: unchanged) |
 --   'completed' (a completed row kept by results or retention: unchanged)
 -- Errors: EMQNOJOB <id> ... when the job has no row; EMQSTATE when its row is in no location
+-- A flow's waiting parent (docs/flows.md) leaves waiting the same way, and its unfinished
+-- children are cancelled with it in this same step (a leased one gets its cancel request);
+-- a cancelled child of a flow is counted for its parent (prelude flow_child_done).
 -- Derives: job:<id> HASH, done:<id> LIST, lane:<L>:pending ZSET, events:archived STRING
---   (read only)
+--   (read only), waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, wake LIST
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -43,23 +46,17 @@ local reason = ARGV[4]
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
+local now = server_ms()
+
 local row = prefix .. 'job:' .. id
 local f = redis.call('HMGET', row, 'state', 'lane', 'attempts', 'waiters', 'cancel',
-  'cancelled')
+  'cancelled', 'parent', 'on_failure')
 if not f[1] then
   return redis.error_reply('EMQNOJOB job ' .. id .. ' does not exist: never enqueued here, '
     .. 'removed, or completed (a completed row is kept only with results or retention)')
 end
-local from = false
-if redis.call('ZREM', lane_pending_key(k_pending, lane_of(f[2])), id) == 1 then
-  from = 'pending'
-elseif redis.call('ZREM', k_schedule, id) == 1 then
-  from = 'schedule'
-end
-if from then
-  to_cancelled(prefix, k_dead, k_metrics, id, reason, from, f[3], f[4], server_ms())
-  return finish(ANSWER.cancelled)
-end
+if cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics, id, f,
+    reason, now) then return finish(ANSWER.cancelled) end
 if redis.call('ZSCORE', k_active, id) then
   if not f[5] then
     redis.call('HSET', row, 'cancel', reason)

@@ -20,14 +20,17 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] keep       integer 0 = nothing kept, groups (id, token); 1 = groups (id, token,
---                            result, result_ttl_ms): result is JSON text ('' with ttl 0)
+--                            result, result_ttl_ms): result is JSON text or '' (with
+--                            ttl 0 it is kept only for a flow's parent: flow:<parent>:results)
 -- ARGV[4] keep_age_ms integer keep_completed's max age, ms; 0 = no retention
 -- ARGV[5] keep_count integer keep_completed's max count; 0 = no retention
 -- ARGV[6..] (id, token)*  one pair per job; with keep = 1, (id, token, result, result_ttl_ms)
 -- Returns: array, per job: 'completed' | 'lost' (a lease_lost event is appended) | 'gone' (no
 --   row: already completed, by a resent call whose first reply was lost, or removed)
 -- Errors: none
--- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:active SET, lanes:full SET,
+-- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
+--   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
+--   de:<dedup> STRING, lane:<L>:active SET, lanes:full SET,
 --   lanes:ring ZSET, wake LIST (a freed slot of a limited queue or lane wakes a worker),
 --   done:<id> LIST (result() waiters), events:archived STRING (read only)
 local k_active = KEYS[1]
@@ -108,7 +111,8 @@ for i = 6, #ARGV, step do
     out[#out + 1] = ANSWER.gone
   else
     local score = redis.call('ZSCORE', k_active, id)
-    local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane', 'waiters')
+    local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane', 'waiters',
+      'parent', 'children_left')
     if not f[1] then
       out[#out + 1] = ANSWER.gone
     elseif score and tonumber(score) > now and f[1] == token then
@@ -121,6 +125,14 @@ for i = 6, #ARGV, step do
         result = keep_row(row, id, ARGV[i + 2], tonumber(ARGV[i + 3]))
       end
       if f[5] then tell_waiters(prefix, id, f[5], 'completed', result) end
+      if f[6] then  -- a child of a flow: its parent's bookkeeping, in this same step
+        local given = ''
+        if step == 4 then given = ARGV[i + 2] end
+        flow_child_done(prefix, prefix .. 'pending', f[6], id, 'completed', given, '', now)
+      end
+      if f[7] then  -- a flow's parent: its children's record goes with it
+        redis.call('DEL', prefix .. 'flow:' .. id, prefix .. 'flow:' .. id .. ':results')
+      end
       lane_release(f[4], id)
       if f[3] and redis.call('GET', prefix .. 'de:' .. f[3]) == id then
         redis.call('DEL', prefix .. 'de:' .. f[3])

@@ -23,7 +23,9 @@
 --   cancelled, never retried; see cancel.lua) | 'lost' (a lease_lost event is appended) |
 --   'gone' (no row: completed or removed)
 -- Errors: none
--- Derives: job:<id> HASH, lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
+-- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
+--   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
+--   lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
 --   done:<id> LIST (result() waiters of a dead job), events:archived STRING (read only)
 local k_active = KEYS[1]
 local k_schedule = KEYS[2]
@@ -46,7 +48,7 @@ for i = 3, #ARGV, 8 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
-    'stalled', 'lane', 'waiters', 'cancel')
+    'stalled', 'lane', 'waiters', 'cancel', 'parent', 'on_failure')
   if not f[1] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
@@ -56,6 +58,9 @@ for i = 3, #ARGV, 8 do
     local attempts = tonumber(f[2])
     if f[9] then  -- a cancel was requested: no retry, whatever the caller asked
       to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2], f[8], now)
+      if f[10] then
+        flow_child_done(prefix, prefix .. 'pending', f[10], id, 'cancelled', '', f[11], now)
+      end
       out[#out + 1] = ANSWER.cancelled
     elseif retry == '1' and attempts < tonumber(f[3]) then
       local delay = math.min(cap, base * factor ^ math.max(0, attempts - 1))
@@ -72,6 +77,9 @@ for i = 3, #ARGV, 8 do
       out[#out + 1] = ANSWER.dead
       emit('event', 'dead', 'job', id, 'attempts', f[2], 'error', err, 'name', f[4],
         'payload', f[5], 'stalled', f[6])
+      if f[10] then
+        flow_child_done(prefix, prefix .. 'pending', f[10], id, 'dead', '', f[11], now)
+      end
     end
   else
     out[#out + 1] = ANSWER.lost

@@ -26,7 +26,8 @@
 --   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
 --   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
---   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule)
+--   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
+--   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH (flows)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -47,7 +48,7 @@ if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
   return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
 end
 local removed = 0
-local sets = {k_pending, k_active, k_schedule, k_dead, k_completed}
+local sets = {k_pending, k_active, k_schedule, k_dead, k_completed, prefix .. 'waiting'}
 local lanes = {}
 if lane_mode then
   lanes = known_lanes()
@@ -65,7 +66,8 @@ for _, set in ipairs(sets) do
       if set == k_active and lane_mode then
         redis.call('SREM', lane_key(lane_of(f[2]), 'active'), id)
       end
-      redis.call('DEL', row, prefix .. 'done:' .. id)
+      redis.call('DEL', row, prefix .. 'done:' .. id, prefix .. 'flow:' .. id,
+        prefix .. 'flow:' .. id .. ':results')
       redis.call('ZREM', set, id)
     end
     removed = removed + #ids

@@ -26,7 +26,9 @@
 --          {cancelled ids: their row has 'cancel' (cancel.lua): dead, cancelled (prelude
 --          to_cancelled), not counted as a stall, never recovered}
 -- Errors: none
--- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
+-- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
+--   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
+--   lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
 --   lanes:full SET, done:<id> LIST (result() waiters of a dead job), events:archived STRING
 --   (read only)
 local k_active = KEYS[1]
@@ -51,11 +53,12 @@ for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel',
-    'lifo')
+    'lifo', 'parent', 'on_failure')
   if f[1] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
     lane_release(f[3], id)
     to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', f[1], f[4], now)
     cancelled[#cancelled + 1] = id
+    if f[7] then flow_child_done(prefix, k_pending, f[7], id, 'cancelled', '', f[8], now) end
   elseif f[1] then
     lane_release(f[3], id)
     local stalled = redis.call('HINCRBY', row, 'stalled', 1)
@@ -67,6 +70,7 @@ for _, id in ipairs(expired) do
       local story = redis.call('HMGET', row, 'name', 'payload')
       emit('event', 'dead', 'job', id, 'attempts', f[1], 'error', 'stalled',
         'stalled', stalled, 'name', story[1], 'payload', story[2])
+      if f[7] then flow_child_done(prefix, k_pending, f[7], id, 'dead', '', f[8], now) end
     else
       redis.call('HSET', row, 'state', 'pending')
       to_pending(k_pending, id, f[2], f[3], f[6])

@@ -11,12 +11,16 @@ its result discarded.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from ..edits import encode_progress
 from ..errors import EmqError, LeaseLost
+
+if TYPE_CHECKING:
+    from ..flows import Child
 
 _MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent cancel()
 
@@ -38,7 +42,9 @@ class JobContext:
     __slots__ = (
         "_beat",
         "_event",
+        "_loop",
         "_lost",
+        "_read_children",
         "_report",
         "_why",
         "attempts",
@@ -64,6 +70,8 @@ class JobContext:
         beat: Callable[[], None],
         lane: str | None = None,
         report: Callable[[str], None] | None = None,
+        read_children: Callable[[], Coroutine[Any, Any, list[Child]]] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.queue = queue
         self.lane = lane
@@ -74,6 +82,8 @@ class JobContext:
         self.stalled = stalled
         self.last_progress: Any = None
         self._report = report  # the worker's progress flusher (None: kept locally only)
+        self._read_children = read_children  # Queue.children of this job, on the worker's loop
+        self._loop = loop
         self._beat = beat
         self._why = ""
         self.cancel_message = ""  # Queue.cancel's reason, once cancel_reason is "cancelled"
@@ -144,6 +154,28 @@ class JobContext:
         if self._why:
             raise Cancelled(f"attempt {self.attempts} of {self.id} was cancelled: {self._why}")
         self._beat()
+
+    def children(self) -> list[Child]:
+        """This job's children, if it is a flow's parent (docs/flows.md): each one's ``id``,
+        ``status`` and ``result``, in one read from the worker's connection. For a sync
+        handler (it waits for the worker's event loop); an async handler awaits
+        :meth:`achildren` instead."""
+        read, loop = self._read_children, self._loop
+        if read is None or loop is None:
+            raise EmqError("this context has no queue to read children from")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise EmqError("an async handler reads its children with: await ctx.achildren()")
+        return asyncio.run_coroutine_threadsafe(read(), loop).result()
+
+    async def achildren(self) -> list[Child]:
+        """:meth:`children` for an async handler."""
+        if self._read_children is None:
+            raise EmqError("this context has no queue to read children from")
+        return await self._read_children()
 
     def __repr__(self) -> str:
         return f"JobContext({self.queue}/{self.id} {self.name} attempt={self.attempts})"

@@ -154,6 +154,8 @@ class Held(Lease):
                 beat=self._beat,
                 lane=c.lane,
                 report=None if self._report is None else functools.partial(self._report, self),
+                read_children=functools.partial(self.q.children, c.id),
+                loop=asyncio.get_running_loop(),
             )
         return ctx
 

@@ -1,0 +1,81 @@
+-- enqueue_flow: (new) -> waiting | pending
+--
+-- Admits a flow (docs/flows.md): a tree of jobs of one queue, in one indivisible step, all
+-- or nothing. A node with children is written with state waiting, children_left = its
+-- number of children, into waiting (score = admitted ms) and gets a flow:<id> HASH naming
+-- each child with status '' (unfinished); a leaf goes to its lane's waiting set (prelude
+-- to_pending) and wakes a worker. Each child's row names its parent (parent) and its
+-- failure policy (on_failure). Safety belt: every id is checked before the first write; an
+-- id that exists, or repeats in the call, writes nothing (EMQCONFLICT).
+--
+-- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
+-- KEYS[2] waiting    ZSET    parents waiting on their children, score = admitted ms
+-- KEYS[3] events     STREAM  lifecycle events
+-- KEYS[4] wake       LIST    wake-up tokens for parked workers
+-- KEYS[5] meta       HASH    queue flags (lanes)
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
+-- ARGV[3..] (id, name, payload, priority, max_attempts, lane, lifo, parent, on_failure, children)*
+--           one group per node, a parent before its children; lane '' = the default lane;
+--           lifo '1' | ''; parent '' for the root; on_failure fail_parent | ignore |
+--           continue; children = the node's number of children
+-- Returns: the number of jobs admitted
+-- Errors: EMQCONFLICT <id> when an id exists or repeats in the call
+-- Derives: job:<id> HASH, flow:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
+--   lane:default:active SET (when lane mode turns on), meta lifo_seq, events:archived STRING
+--   (read only)
+local k_pending = KEYS[1]
+local k_waiting = KEYS[2]
+local k_events = KEYS[3]
+local k_wake = KEYS[4]
+local k_meta = KEYS[5]
+local prefix = ARGV[1]
+local maxlen = tonumber(ARGV[2])
+local GROUP = 10
+
+use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
+
+local seen = {}
+for i = 3, #ARGV, GROUP do
+  local id = ARGV[i]
+  if seen[id] or redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
+    return redis.error_reply('EMQCONFLICT ' .. id .. ' exists (or repeats in the flow): '
+      .. 'nothing was written')
+  end
+  seen[id] = true
+end
+
+local now = server_ms()
+local ready, admitted = 0, 0
+for i = 3, #ARGV, GROUP do
+  local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local priority, max_attempts, lane, lifo = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local parent, policy, children = ARGV[i + 7], ARGV[i + 8], tonumber(ARGV[i + 9])
+  local state = 'pending'
+  if children > 0 then state = 'waiting' end
+  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
+    'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
+    'created_at', now}
+  if lane ~= '' then fields[#fields + 1], fields[#fields + 2] = 'lane', lane end
+  if lifo == '1' then fields[#fields + 1], fields[#fields + 2] = 'lifo', '1' end
+  if parent ~= '' then
+    fields[#fields + 1], fields[#fields + 2] = 'parent', parent
+    fields[#fields + 1], fields[#fields + 2] = 'on_failure', policy
+    redis.call('HSET', prefix .. 'flow:' .. parent, id, '')
+  end
+  if children > 0 then
+    fields[#fields + 1], fields[#fields + 2] = 'children_left', children
+  end
+  redis.call('HSET', prefix .. 'job:' .. id, unpack(fields))
+  if children > 0 then
+    redis.call('ZADD', k_waiting, now, id)
+  else
+    to_pending(k_pending, id, priority, lane, lifo)
+    ready = ready + 1
+  end
+  admitted = admitted + 1
+  emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
+end
+wake(k_wake, ready)
+return finish(admitted)

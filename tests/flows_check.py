@@ -1,0 +1,57 @@
+"""The flow invariants, checked over the raw keyspace at the end of every flow test.
+
+Not a test module: :func:`check_flows` reads every row and flow record of one queue (SCAN is
+fine in a test) and asserts the bookkeeping equals what is really there.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from emq.keys import QueueKeys
+
+from .helpers import assert_consistent
+
+FINAL = {"completed", "dead", "removed", "cancelled"}
+
+
+def check_flows(client: redis.Redis, queue: str) -> dict[str, dict[str, str]]:
+    """Assert, for one queue:
+
+    1. G1 (tests/helpers.py ``assert_consistent``), with ``waiting`` a location;
+    2. each parent's ``children_left`` equals its number of unfinished children (status ''),
+       so no child was counted twice and none was missed;
+    3. no parent is pending, active or scheduled while a child is unfinished, and every
+       parent in ``waiting`` has at least one unfinished child;
+    4. an unfinished child still has its row, not completed; each child row names a
+       parent whose record lists it.
+
+    Returns each parent's record (child id -> status).
+    """
+    k = QueueKeys.of(queue)
+    locs = assert_consistent(client, queue)
+    records: dict[str, dict[str, str]] = {}
+    for key in client.scan_iter(match=k.prefix + "flow:*", count=1000):
+        if key.endswith(":results"):
+            continue
+        parent = key.rsplit(":", 1)[1]
+        records[parent] = client.hgetall(key)
+    for parent, kids in records.items():
+        row = client.hgetall(k.job(parent))
+        assert row, f"flow record of {parent} outlives its row"
+        unfinished = [c for c, s in kids.items() if s == ""]
+        assert all(s in FINAL for s in kids.values() if s), (parent, kids)
+        assert int(row["children_left"]) == len(unfinished), (parent, row, kids)
+        if unfinished:
+            assert row["state"] in ("waiting", "dead"), (parent, row["state"], unfinished)
+        if parent in locs["waiting"]:
+            assert unfinished, f"{parent} waits with no unfinished child"
+        for child in unfinished:
+            state = client.hget(k.job(child), "state")
+            assert state not in (None, "completed"), (parent, child, state)
+    for loc in ("pending", "active", "schedule", "dead", "waiting"):
+        for job_id in locs[loc]:
+            parent = client.hget(k.job(job_id), "parent")
+            if parent is not None and parent in records:
+                assert job_id in records[parent], (job_id, parent)
+    return records
