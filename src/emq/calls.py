@@ -368,8 +368,9 @@ def _decode_claimed(reply: list[Any]) -> Claims:
             payload=decode_payload(reply[i + 5]),
             deadline_ms=deadline,
             lane=reply[i + 6] or None,
+            parent=reply[i + 7] or None,
         )
-        for i in range(3, len(reply), 7)
+        for i in range(3, len(reply), 8)
     ]
     retry_in = int(reply[2])
     return Claims(jobs, list(reply[1]), max(retry_in, 0), blocked=retry_in < 0)

@@ -47,7 +47,8 @@ class JobSpec:
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
-    clock; ``lane`` is None for the default lane."""
+    clock; ``lane`` is None for the default lane; ``parent`` is a flow's child's parent
+    (docs/flows.md), None for any other job."""
 
     id: str
     token: int
@@ -57,6 +58,7 @@ class Claimed:
     stalled: int
     deadline_ms: int
     lane: str | None = None
+    parent: str | None = None  # a flow's child: its parent (its result is sent for it)
 
 
 @dataclass(frozen=True, slots=True)

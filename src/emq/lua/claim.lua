@@ -35,7 +35,8 @@
 --          retry_in ms (when fewer than count were leased because of a rate limit or a hold:
 --          how long until the soonest one ends; -1 when a concurrency limit held jobs back:
 --          a finishing job pushes a wake-up; 0 otherwise), then per job: id, token,
---          attempts, stalled, name, payload, lane ('' for the default lane) (token: a decimal
+--          attempts, stalled, name, payload, lane ('' for the default lane), parent (a
+--          flow's child: its parent's id, so the worker sends its result; '' otherwise) (token: a decimal
 --          string, max(previous token + 1, server clock in us), so never issued twice for one
 --          job)
 -- Errors: none
@@ -149,7 +150,8 @@ local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end
 -- lease one popped id of lane (its row read here); false if the row is missing
 local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts')
+  local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts',
+    'parent')
   if not f[3] then
     missing[#missing + 1] = id
     emit('event', 'missing', 'job', id, 'from', from)
@@ -170,6 +172,7 @@ local function lease(id, lane, from)
   out[n + 5] = f[3]
   out[n + 6] = f[4]
   out[n + 7] = lane
+  out[n + 8] = f[6] or ''
   if q_most > 0 then logged[#logged + 1] = id .. ':' .. token end
   emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
   return token

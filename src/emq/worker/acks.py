@@ -52,6 +52,9 @@ Report = Callable[[Ack, str], None]
 """Called once per ack with the server's answer: "completed", "scheduled", "dead", "lost"."""
 
 
+DONE = ("complete", "child")  # the outcome kinds that complete a job
+
+
 class AckBuffer:
     """``report`` is called once per ack with the server's answer; ``landed`` (optional) once
     with each batch after its answers, when :attr:`outstanding` has gone down; ``before``
@@ -130,6 +133,9 @@ class AckBuffer:
             await self._before(a.lease for a in acks)
         if kind == "complete":
             answers, retried = await self._retry("complete", _completion(q, acks, self._keeps))
+        elif kind == "child":  # a flow's child: its result is kept for its parent
+            kids = [(a.lease.id, a.lease.token, a.outcome.result, 0) for a in acks]
+            answers, retried = await self._retry("complete", lambda: q.complete_results(kids))
         elif kind == "hold":  # RateLimited: back to pending, no attempt spent, the lane held
             holds = [
                 (a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks
@@ -155,9 +161,9 @@ class AckBuffer:
             lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state", "cancelled"]),
         )
         token, state, cancelled = row
-        if cancelled is not None and token == str(lease.token) and kind != "complete":
+        if cancelled is not None and token == str(lease.token) and kind not in DONE:
             answer = Answer.CANCELLED  # a fail or hold of a cancelled job: dead, cancelled
-        elif kind == "complete" and (
+        elif kind in DONE and (
             token is None or (state == "completed" and token == str(lease.token))
         ):  # deleted, or kept completed by this attempt (results, keep_completed)
             answer = Answer.COMPLETED

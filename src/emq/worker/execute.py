@@ -54,7 +54,8 @@ ERROR_TAIL = 2_000
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: Literal["complete", "fail", "discard", "hold"]
+    kind: Literal["complete", "child", "fail", "discard", "hold"]  # child: a flow's child's
+    # completion carrying its result for its parent (sent with complete, kept for no one else)
     error: str = ""
     retry: bool = True
     backoff: Backoff | None = None
@@ -219,18 +220,21 @@ class Slots:
 
     def completed(self, job: Held, value: Any) -> Outcome:
         """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
-        keeps results, a complete carrying the value's JSON text. A value that is not JSON
+        keeps results, a complete carrying the value's JSON text (a flow's child's always
+        carries it, for its parent: kind ``child``). A value that is not JSON
         fails the attempt with no retry (the handler ran; its result cannot be kept)."""
         spec, options = job.spec, job.q.core.options
         ttl = options.result_ttl_ms
         if spec is not None and spec.result_ttl_ms is not None:
             ttl = spec.result_ttl_ms
-        if not ttl:
+        if not ttl and job.claimed.parent is None:
             return COMPLETE
         try:
             text = encode_result(value, options.max_payload_bytes)
         except InvalidPayload as exc:
             return self.fail(job, str(exc), "bad_result", retry=False)
+        if not ttl:  # a flow's child: its result is kept for its parent only
+            return Outcome("child", why="ok", result=text)
         return Outcome("complete", why="ok", result=text, result_ttl_ms=ttl)
 
     def from_exception(self, job: Held, exc: BaseException) -> Outcome:
@@ -299,7 +303,7 @@ class Slots:
                 self.busy -= 1
                 self.live.discard(job)
                 done = DISCARD if job.dropped else COMPLETE
-                if self.keeps_results and done is COMPLETE:
+                if (self.keeps_results or job.claimed.parent is not None) and done is COMPLETE:
                     done = self.completed(job, value)
                 self._settle(job, done)
                 self._freed()
