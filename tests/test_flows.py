@@ -9,11 +9,21 @@ from typing import Any
 import pytest
 import redis
 
-from emq import DuplicateConflict, Flow, FlowIds, InvalidInput, InvalidOption, JobSpec, Queue
+from emq import (
+    AsyncQueue,
+    DuplicateConflict,
+    Flow,
+    FlowIds,
+    InvalidInput,
+    InvalidOption,
+    JobSpec,
+    Queue,
+)
 from emq.keys import QueueKeys
 
 from .flows_check import check_flows
 from .helpers import expire_leases
+from .lanes_check import check_lanes
 
 
 def take(q: Queue, n: int = 100) -> dict[str, Any]:
@@ -231,3 +241,20 @@ def test_an_id_that_exists_writes_nothing(queue: Queue, client: redis.Redis, qna
 def test_queue_and_on_failure_are_refused_outside_a_flow(queue: Queue) -> None:
     with pytest.raises(InvalidOption, match="enqueue_flow"):
         queue.enqueue_many([JobSpec("x", on_failure="ignore")])
+
+
+async def test_the_async_twin_admits_and_reads_a_flow(
+    aqueue: AsyncQueue, client: redis.Redis, qname: str
+) -> None:
+    ids = await aqueue.enqueue_flow(JobSpec("sum", lane="t"), [JobSpec("part", 1, lane="u")])
+    assert (await aqueue.counts())["waiting"] == 1
+    (c,) = await aqueue.claim(1, 60_000)
+    await aqueue.complete_with_result(c.id, c.token, 7, result_ttl_ms=0)
+    kids = await aqueue.children(ids.id)
+    assert [(k.id, k.status, k.result) for k in kids] == [(c.id, "completed", 7)]
+    (p,) = await aqueue.claim(1, 60_000)
+    assert p.id == ids.id and p.lane == "t" and p.parent is None and c.parent == ids.id
+    await aqueue.complete(p.id, p.token)
+    await aqueue.close()
+    check_flows(client, qname)
+    check_lanes(client, qname)
