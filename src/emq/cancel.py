@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .calls import Call, QueueCore
+from .calls import Call, QueueCore, check_text
 from .checks import shown
 from .errors import InvalidOption
 from .ids import check_id
@@ -46,18 +46,7 @@ def check_reason(reason: object) -> str:
     that encodes as UTF-8, or :class:`~emq.errors.InvalidOption` saying what to fix."""
     if not isinstance(reason, str):
         raise InvalidOption(f"reason must be a string (may be empty), got {shown(reason)}")
-    if len(reason) > MAX_REASON:
-        raise InvalidOption(
-            f"reason must be at most {MAX_REASON} characters, got {len(reason)}: shorten it"
-        )
-    if not reason.isascii():
-        try:
-            reason.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidOption(
-                f"reason {shown(reason)} is not valid Unicode (a lone surrogate?): {exc}"
-            ) from None
-    return reason
+    return check_text("reason", reason, MAX_REASON) if reason else reason
 
 
 def cancel_call(core: QueueCore, job_id: str, reason: str = "") -> Call[Cancel]:

@@ -121,8 +121,12 @@ class Progress:
                 if text is not None:
                     due.append((lease, text))
         if due:
-            with contextlib.suppress(*SERVER_ERRORS):  # advisory: the acks matter
+            try:
                 await self._send(due)
+            except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
+                self._outage.failed(exc, "progress")
+            else:
+                self._outage.ok("progress")
 
     async def _send(self, due: list[tuple[Lease, str]]) -> None:
         by_queue: dict[str, list[tuple[Lease, str]]] = {}
