@@ -63,6 +63,9 @@
 --                       flow's parent takes its unfinished children with it, in this step
 --                       (a leased child gets a cancel request); a flow's child is counted
 --                       for its parent. Returns where the job was, or false (in none)
+-- row_fields(name, payload, state, priority, max_attempts, lane, now)  a new job row's
+--                       fields for HSET (lane '' or false: the default lane, not stored);
+--                       the caller appends its own (dedup, lifo, parent, repeat, ...)
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing', cancelled = 'cancelled'}
@@ -303,6 +306,14 @@ local function waiting_job(k_pending, k_schedule, id, ...)
       ', not pending or scheduled: nothing was changed')
   end
   return where, lane, {unpack(f, 3)}
+end
+
+local function row_fields(name, payload, state, priority, max_attempts, lane, now)
+  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
+    'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
+    'created_at', now}
+  if lane and lane ~= '' then fields[#fields + 1], fields[#fields + 2] = 'lane', lane end
+  return fields
 end
 
 local function known_lanes()

@@ -92,12 +92,7 @@ for n, id in ipairs(targets) do
     local row = prefix .. 'job:' .. id
     local state = 'pending'
     if delay > 0 then state = 'scheduled' end
-    local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
-      'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
-      'created_at', now}
-    if lane ~= '' then
-      fields[#fields + 1], fields[#fields + 2] = 'lane', lane
-    end
+    local fields = row_fields(name, payload, state, priority, max_attempts, lane, now)
     if dedup ~= '' then
       fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)

@@ -54,10 +54,7 @@ for i = 3, #ARGV, GROUP do
   local parent, policy, children = ARGV[i + 7], ARGV[i + 8], tonumber(ARGV[i + 9])
   local state = 'pending'
   if children > 0 then state = 'waiting' end
-  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
-    'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
-    'created_at', now}
-  if lane ~= '' then fields[#fields + 1], fields[#fields + 2] = 'lane', lane end
+  local fields = row_fields(name, payload, state, priority, max_attempts, lane, now)
   if lifo == '1' then fields[#fields + 1], fields[#fields + 2] = 'lifo', '1' end
   if parent ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'parent', parent

@@ -95,12 +95,8 @@ for i = 3, #ARGV, GROUP do
       if redis.call('EXISTS', row) == 0 then
         answer = 'fired'
         local name, priority, lane = s[5], tonumber(s[8]), s[7]
-        local fields = {'name', name, 'payload', s[6], 'state', 'pending', 'attempts', 0,
-          'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', s[9],
-          'created_at', now, 'repeat', key}
-        if lane ~= '' then
-          fields[#fields + 1], fields[#fields + 2] = 'lane', lane
-        end
+        local fields = row_fields(name, s[6], 'pending', priority, s[9], lane, now)
+        fields[#fields + 1], fields[#fields + 2] = 'repeat', key
         redis.call('HSET', row, unpack(fields))
         to_pending(k_pending, id, priority, lane)
         ready = ready + 1
