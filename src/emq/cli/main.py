@@ -9,6 +9,7 @@ from . import (
     archive_cmds,
     cancel_cmd,
     demo,
+    flow_cmd,
     lanes_cmds,
     queue_cmds,
     race,
@@ -35,6 +36,7 @@ archive_cmds.register(cli)
 worker_cmd.register(cli)
 race.register(cli)
 cancel_cmd.register(cli)
+flow_cmd.register(cli)
 repeat_cmds.register(cli)
 
 
