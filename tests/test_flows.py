@@ -214,7 +214,7 @@ def test_a_dead_grandchild_fails_the_whole_line(
     ("children", "match"),
     [
         ([], "non-empty list"),
-        ([JobSpec("x", queue="elsewhere")], "another queue"),
+        ([JobSpec("x", queue="no spaces allowed")], "queue name"),
         ([JobSpec("x", on_failure="explode")], "on_failure"),
         (["x"], "JobSpec or a Flow"),
         ([JobSpec("x", delay_ms=5)], "not supported in a flow"),

@@ -10,7 +10,8 @@ from emq import edits
 from emq import repeats as rep
 from emq.calls import QueueCore, node_lease
 from emq.cancel import cancel_call
-from emq.flows import flow_call, flow_plan
+from emq.flows import flow_plan, flow_steps
+from emq.outbox import deliver_call
 from emq.records import JobSpec
 from emq.results import await_result
 from emq.scripts import SCRIPTS, parse_header
@@ -26,7 +27,10 @@ for _n, _node in enumerate(flow_nodes):
 # one sample call per script, with two items where the script takes a repeated group
 SAMPLES = {
     "enqueue": core.enqueue([spec_group, list(spec_group)]),
-    "enqueue_flow": flow_call(core, flow_nodes),
+    "enqueue_flow": flow_steps(core, flow_nodes)[0],
+    "deliver_flow": deliver_call(
+        core, "hdr2", [ID, ID + "@hdr", "completed", "ignore", "", ID, ID + "@x", "dead", "", ""]
+    ),
     "claim": core.claim(5, 1000),
     "extend": core.extend([(ID, 1), (ID, 2)], 1000),
     "complete": core.complete([(ID, 1), (ID, 2)]),

@@ -45,7 +45,9 @@ SAMPLE_QUEUE = "{orders}"
 # durability.py and worker/): the static check adds the commands its scripts call.
 DIRECT = {
     "emq-producer": {"evalsha", "script|load", "info", "blpop"},
-    "emq-worker": {"evalsha", "script|load", "info", "blpop", "set", "hmget", "hgetall"},
+    "emq-worker": {
+        "evalsha", "script|load", "info", "blpop", "set", "hmget", "hgetall", "hscan", "hdel",
+    },
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
         "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop",
@@ -64,6 +66,8 @@ SCRIPTS_OF = {
         "progress",
         "due_repeats",
         "fire_repeats",
+        "deliver_flow",
+        "cancel",
     },
     "emq-operator": {
         "redrive",

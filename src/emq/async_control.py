@@ -10,20 +10,25 @@ The sync twin ``Control`` (of :class:`emq.Queue`) is generated from this file.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from collections.abc import Iterable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 import redis.asyncio
 
-from . import edits, flows, results, scripts
+from . import edits, flows, outbox, results, scripts
 from . import repeats as rep
 from .calls import Call, QueueCore
 from .cancel import Cancel, cancel_call
-from .errors import EmqError, ResultTimeout
+from .checks import shown
+from .errors import EmqError, InvalidOption, JobNotFound, ResultTimeout
 from .ids import check_id
 from .records import Answer, JobSpec
 from .shell import BULK_FLOOR, ShellBase, expect
+
+T = TypeVar("T")
 
 
 class AsyncControl:
@@ -41,24 +46,70 @@ class AsyncControl:
     async def new_ids(self, n: int) -> list[str]:  # provided by AsyncQueue
         raise NotImplementedError
 
+    async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:  # provided by AsyncQueue
+        raise NotImplementedError
+
     # -- flows (emq.flows) -----------------------------------------------------------------
 
     async def enqueue_flow(
-        self, parent: JobSpec, children: list[JobSpec | flows.Flow]
+        self, parent: JobSpec | flows.Flow, children: Sequence[JobSpec | flows.Flow] = ()
     ) -> flows.FlowIds:
         """Admit ``parent`` and its ``children`` (a child given as ``Flow(job, children)``
-        has children of its own: a tree) in one indivisible step, all or nothing. A job with
-        children waits (``Location.WAITING``) and becomes pending in the step that finishes
-        its last child; a child's ``on_failure`` says what its death does (docs/flows.md).
-        Every child must be of this queue. Returns the ids in the shape of the tree. Bad
-        input is refused before anything is written; an id that exists raises
-        DuplicateConflict and writes nothing."""
+        has children of its own: a tree; ``enqueue_flow(chain(...))`` and
+        ``enqueue_flow(group(...))`` take a whole ``Flow``). A job with children waits
+        (``Location.WAITING``) and becomes pending in the step that finishes its last
+        child; a child's ``on_failure`` says what its death does (docs/flows.md). A child
+        with ``queue=`` is in that queue (else in its parent's): the tree is admitted in
+        one indivisible step per queue, all or nothing each, parents' steps first; a step
+        whose reply was lost is resent and admits nothing twice. Returns the ids in the
+        shape of the tree. Bad input is refused before anything is written; an id that
+        exists raises DuplicateConflict and its step writes nothing."""
+        if isinstance(parent, flows.Flow) and not children:
+            children = parent.children
+            parent = parent.job
+        if not isinstance(parent, JobSpec):
+            raise InvalidOption(f"a flow's parent must be a JobSpec, got {shown(parent)}")
         nodes = flows.flow_plan(self.core, parent, children)
+        given = flows.given_ids(nodes)
+        if given and len({n.queue for n in nodes}) > 1:  # one step checks this by itself
+            with scripts.translated():
+                async with self.client.pipeline(transaction=False) as p:
+                    for key, _ in given:
+                        p.hget(key, "parent")
+                        p.exists(key)
+                    got = await p.execute()
+            pairs = zip(got[::2], got[1::2], strict=True)
+            found = [(up or "") if there else None for up, there in pairs]
+            flows.judge_given(given, found, len(nodes))
         blank = [n for n in nodes if not n.group[0]]
         for node, minted in zip(blank, await self.new_ids(len(blank)), strict=True):
             node.group[0] = minted
-        await self._run(flows.flow_call(self.core, nodes))
+        for call in flows.flow_steps(self.core, nodes):
+            await self._resend(functools.partial(self._run, call))
         return flows.flow_ids(nodes)
+
+    async def deliver_outbox(self, limit: int = outbox.BATCH) -> outbox.Delivered:
+        """Deliver up to ``limit`` of this queue's outbox entries (docs/flows.md, Across
+        queues): each child's end to its parent in another queue, counted there only if it
+        is new (a replay counts nothing), and each cancel a parent sent to a child in
+        another queue; then delete them. A worker's maintenance beat calls this every beat;
+        calling it by hand is always safe."""
+        key = self.core.keys.outbox
+        with scripts.translated():
+            _, found = await self.client.hscan(key, 0, count=limit)
+        entries = cast(dict[str, str], found)
+        if not entries:
+            return outbox.Delivered()
+        todo = outbox.plan(entries)
+        counted = 0
+        for queue, groups in todo.done.items():
+            counted += await self._run(outbox.deliver_call(self.core, queue, groups))
+        for queue, job_id, reason in todo.cancels:
+            with contextlib.suppress(JobNotFound):
+                await self._run(outbox.cancel_in(self.core, queue, job_id, reason))
+        with scripts.translated():
+            await self.client.hdel(key, *todo.fields, *todo.broken)
+        return outbox.Delivered(len(todo.fields), counted, len(todo.cancels), tuple(todo.broken))
 
     # -- repeating jobs and cron (emq.repeats) ---------------------------------------------
 

@@ -1,10 +1,12 @@
 """Flows: a parent job that waits for its children (docs/flows.md).
 
 The I/O-free half: :func:`flow_plan` validates a whole tree before anything is sent and
-:func:`flow_call` builds the one ``enqueue_flow`` script call that admits it, all or
-nothing. A node with children waits in ``waiting`` until its last child finishes; the
-finishing scripts (complete, fail, sweep_stalled, cancel, remove) keep the bookkeeping in
-the same step as the child's own change (prelude ``flow_child_done``).
+:func:`flow_steps` builds the ``enqueue_flow`` script calls that admit it: one per queue the
+tree touches, each all or nothing, parents' steps first. A node with children waits in
+``waiting`` until its last child finishes; the finishing scripts (complete, fail,
+sweep_stalled, cancel, remove) keep the bookkeeping in the same step as the child's own
+change (prelude ``flow_child_done``), and a child in another queue reaches its parent
+through its queue's outbox (:mod:`emq.outbox`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from .calls import MAX_CHUNK, Arg, Call, QueueCore
 from .checks import shown
-from .errors import InvalidOption
+from .errors import DuplicateConflict, InvalidOption
+from .keys import QueueKeys, check_queue_name
 from .records import JobSpec
 
 POLICIES = ("fail_parent", "ignore", "continue")
@@ -39,21 +42,25 @@ class Flow:
 @dataclass(frozen=True, slots=True)
 class FlowIds:
     """The ids ``enqueue_flow`` admitted, in the shape of the tree given: ``id`` is the
-    node's, ``children`` the ids of its children in the order given (a leaf has none)."""
+    node's, ``children`` the ids of its children in the order given (a leaf has none);
+    ``queue`` is the queue the node was admitted to."""
 
     id: str
     children: tuple[FlowIds, ...] = ()
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Child:
     """One child of a parent, as ``ctx.children()`` gives it: ``status`` is ``""`` while it
     is unfinished, else ``completed``, ``dead``, ``removed`` or ``cancelled``; ``result`` is
-    its return value (None when it sent none)."""
+    its return value (None when it sent none); ``queue`` is its queue when it is not the
+    parent's (None when it is)."""
 
     id: str
     status: str
     result: Any = None
+    queue: str | None = None
 
 
 @dataclass(slots=True)
@@ -61,27 +68,58 @@ class _Node:
     group: list[Arg]  # [id, name, payload, priority, max_attempts, lane, lifo]
     parent: int  # index of the parent node, -1 for the root
     policy: str
+    queue: str
     children: list[int] = field(default_factory=list)
+    level: int = 0  # how many times the path from the root changes queue
+
+
+def chain(*jobs: JobSpec | Flow) -> Flow:
+    """``chain(a, b, c)``: ``b`` runs after ``a`` finished, ``c`` after ``b``; each reads the
+    one before with ``ctx.children()``. The first may be a whole ``Flow`` (it finishes, all
+    of it, before the second runs); the others are ``JobSpec``. A link that dies fails the
+    rest (``on_failure="fail_parent"``, unless the link says otherwise)."""
+    if len(jobs) < 2:
+        raise InvalidOption("chain needs at least two jobs")
+    link: JobSpec | Flow = jobs[0]
+    for job in jobs[1:]:
+        if not isinstance(job, JobSpec):
+            raise InvalidOption(f"only a chain's first job may be a Flow, got {shown(job)}")
+        link = Flow(job, [link])
+    assert isinstance(link, Flow)
+    return link
+
+
+def group(jobs: Sequence[JobSpec | Flow], then: JobSpec) -> Flow:
+    """``group([a, b, c], then=d)``: ``a``, ``b`` and ``c`` run in parallel and ``d`` runs
+    once all of them finished (a chord), reading their results with ``ctx.children()``."""
+    if not isinstance(then, JobSpec):
+        raise InvalidOption(f"a group's then= must be a JobSpec, got {shown(then)}")
+    return Flow(then, list(jobs) if isinstance(jobs, Sequence) else jobs)
 
 
 def flow_plan(core: QueueCore, parent: JobSpec, children: Sequence[JobSpec | Flow]) -> list[_Node]:
     """Validate the whole tree (a parent before its children); raises InvalidInput before
-    anything is written. The nodes' ids are '' until minted (unless given)."""
+    anything is written. The nodes' ids are '' until minted (unless given). A job without
+    ``queue=`` is in its parent's queue; the root is in ``core``'s."""
     if not isinstance(parent, JobSpec):
         raise InvalidOption(f"a flow's parent must be a JobSpec, got {shown(parent)}")
     if isinstance(children, (str, bytes)) or not isinstance(children, Sequence) or not children:
         raise InvalidOption("enqueue_flow needs a non-empty list of children (JobSpec or Flow)")
+    if parent.queue is not None and parent.queue != core.name:
+        raise InvalidOption(
+            f"the parent names queue {shown(parent.queue)}: a flow's parent is in the queue "
+            f"enqueue_flow is called on ({core.name!r})"
+        )
     nodes: list[_Node] = []
 
     def add(spec: JobSpec, up: int, kids: Sequence[JobSpec | Flow]) -> None:
         if spec.delay_ms or spec.key is not None:
             raise InvalidOption("delay_ms and key are not supported in a flow yet")
+        queue, level = core.name, 0
         if up >= 0:
-            if spec.queue is not None and spec.queue != core.name:
-                raise InvalidOption(
-                    f"child {spec.name!r} names queue {spec.queue!r}: children in another "
-                    "queue are not supported yet"
-                )
+            queue, level = nodes[up].queue, nodes[up].level
+            if spec.queue is not None and spec.queue != queue:
+                queue, level = check_queue_name(spec.queue), level + 1
             if spec.on_failure not in POLICIES:
                 raise InvalidOption(
                     f"on_failure must be one of {', '.join(POLICIES)}, got {shown(spec.on_failure)}"
@@ -91,7 +129,8 @@ def flow_plan(core: QueueCore, parent: JobSpec, children: Sequence[JobSpec | Flo
             spec.lane, spec.lifo,
         )  # fmt: skip
         me = len(nodes)
-        nodes.append(_Node([g[0], g[1], g[2], g[3], g[4], g[7], g[8]], up, spec.on_failure))
+        group = [g[0], g[1], g[2], g[3], g[4], g[7], g[8]]
+        nodes.append(_Node(group, up, spec.on_failure, queue, level=level))
         if len(nodes) > MAX_CHUNK:
             raise InvalidOption(f"at most {MAX_CHUNK} jobs in one flow")
         if up >= 0:
@@ -115,26 +154,75 @@ def flow_plan(core: QueueCore, parent: JobSpec, children: Sequence[JobSpec | Flo
     return nodes
 
 
-def flow_call(core: QueueCore, nodes: list[_Node]) -> Call[int]:
-    """The one enqueue_flow call of a planned tree whose ids are all set."""
-    k = core.keys
-    args: list[Arg] = [k.prefix, core.options.events_maxlen]
+def _ref(node: _Node, queue: str) -> str:
+    """How a script of ``queue`` names ``node``: its id, with ``@<queue>`` when it is not
+    in ``queue``."""
+    return str(node.group[0]) if node.queue == queue else f"{node.group[0]}@{node.queue}"
+
+
+def flow_steps(core: QueueCore, nodes: list[_Node]) -> list[Call[int]]:
+    """The enqueue_flow calls of a planned tree whose ids are all set: one per queue and
+    level (a level counts the queue changes from the root), in level order, so every
+    parent's step runs before its children's (a child's end never arrives before its
+    parent exists). A tree in one queue is one call."""
+    steps: dict[tuple[int, str], list[_Node]] = {}
     for n in nodes:
-        parent = "" if n.parent < 0 else nodes[n.parent].group[0]
-        args += [*n.group, parent, n.policy, len(n.children)]
-    keys = [k.pending, k.location("waiting"), k.events, k.wake, k.meta]
-    return Call("enqueue_flow", keys, args, int)
+        steps.setdefault((n.level, n.queue), []).append(n)
+    calls: list[Call[int]] = []
+    for (_, queue), members in sorted(steps.items(), key=lambda item: item[0][0]):
+        k = QueueKeys.of(queue)
+        args: list[Arg] = [k.prefix, core.options.events_maxlen]
+        for n in members:
+            parent = "" if n.parent < 0 else _ref(nodes[n.parent], queue)
+            kids = [nodes[i] for i in n.children]
+            remote = " ".join(_ref(kid, queue) for kid in kids if kid.queue != queue)
+            args += [*n.group, parent, n.policy, len(kids), remote]
+        keys = [k.pending, k.location("waiting"), k.events, k.wake, k.meta]
+        calls.append(Call("enqueue_flow", keys, args, int))
+    return calls
+
+
+def given_ids(nodes: list[_Node]) -> list[tuple[str, str]]:
+    """The (row key, parent it must name) of each node whose id the caller gave (before
+    minting): what :func:`judge_given` compares, so a flow spanning queues is refused
+    before its first step when some of its given ids exist and some do not."""
+    out = []
+    for n in nodes:
+        if n.group[0]:
+            parent = "" if n.parent < 0 else _ref(nodes[n.parent], n.queue)
+            out.append((QueueKeys.of(n.queue).job(str(n.group[0])), parent))
+    return out
+
+
+def judge_given(given: list[tuple[str, str]], found: list[str | None], total: int) -> None:
+    """Raise DuplicateConflict unless no given id exists, or every job of the flow exists
+    with the parent given (a resend: its steps then admit nothing). ``found`` holds each
+    given row's ``parent`` field ('' for a row without one, None for no row)."""
+    pairs = list(zip(given, found, strict=True))
+    there = [key for (key, _), have in pairs if have is not None]
+    if not there:
+        return
+    clash = [key for (key, want), have in pairs if have not in (None, want)]
+    if clash or len(there) != total:
+        key = (clash or there)[0]
+        raise DuplicateConflict(
+            f"{key.rsplit(':', 1)[1]} exists (with another parent, or in a flow of another "
+            "shape): nothing was written"
+        )
 
 
 def flow_ids(nodes: list[_Node], at: int = 0) -> FlowIds:
     """The tree of ids of planned (and minted) nodes, from node ``at``."""
     node = nodes[at]
-    return FlowIds(str(node.group[0]), tuple(flow_ids(nodes, i) for i in node.children))
+    return FlowIds(str(node.group[0]), tuple(flow_ids(nodes, i) for i in node.children), node.queue)
 
 
 def decode_children(statuses: dict[str, str], results: dict[str, str]) -> list[Child]:
-    """``ctx.children()``: flow:<id> and flow:<id>:results read together, in id order."""
-    return [
-        Child(cid, status, json.loads(results[cid]) if cid in results else None)
-        for cid, status in sorted(statuses.items())
-    ]
+    """``ctx.children()``: flow:<id> and flow:<id>:results read together, in id order. A
+    child in another queue is named ``<id>@<queue>`` there."""
+    out = []
+    for name, status in sorted(statuses.items()):
+        cid, _, queue = name.partition("@")
+        result = json.loads(results[name]) if name in results else None
+        out.append(Child(cid, status, result, queue or None))
+    return out

@@ -107,6 +107,12 @@ class QueueKeys:
         is its HASH child id -> result JSON (docs/flows.md)."""
         return self._k("flow:" + job_id)
 
+    @property
+    def outbox(self) -> str:
+        """HASH of flow messages for other queues, written by this queue's scripts and
+        delivered by its maintenance beat (docs/flows.md, Across queues)."""
+        return self._k("outbox")
+
     def dedup(self, key: str) -> str:
         return self._k("de:" + key)
 

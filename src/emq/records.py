@@ -48,7 +48,7 @@ class JobSpec:
 class Claimed:
     """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
     clock; ``lane`` is None for the default lane; ``parent`` is a flow's child's parent
-    (docs/flows.md), None for any other job."""
+    (docs/flows.md; ``<id>@<queue>`` when it is in another queue), None for any other job."""
 
     id: str
     token: int

@@ -43,6 +43,8 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     # waiting in the step that finishes its last child (complete, fail, sweep_stalled,
     # cancel, remove)
     "enqueue_flow": (frozenset(), frozenset({JobState.WAITING, JobState.PENDING})),
+    # a flow's parent told of its children in other queues (the outbox, docs/flows.md)
+    "deliver_flow": (frozenset({JobState.WAITING}), frozenset({JobState.PENDING, JobState.DEAD})),
     "claim": (frozenset({JobState.PENDING, JobState.SCHEDULED}), frozenset({JobState.ACTIVE})),
     "extend": (frozenset({JobState.ACTIVE}), frozenset({JobState.ACTIVE})),
     "complete": (frozenset({JobState.ACTIVE}), frozenset({JobState.COMPLETED})),

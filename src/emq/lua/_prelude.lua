@@ -55,7 +55,19 @@
 --                       unfinished); result (JSON text or '') kept in flow:<parent>:results;
 --                       the waiting parent becomes pending when its children_left reaches 0,
 --                       or dead when a child with policy fail_parent (the default) died (its
---                       own parent told in turn)
+--                       own parent told in turn). A parent in another queue (the row's
+--                       parent is '<id>@<queue>') is told through this queue's outbox: one
+--                       entry per child, 'done:<id>' -> JSON {q, p, c, s, f, r}, written
+--                       once (HSETNX: the first end counts, as in flow:<parent>) and
+--                       delivered by deliver_flow in the parent's slot
+-- flow_count(prefix, k_pending, parent, child, status, result, policy, now)  the parent's
+--                       side of the above, in the parent's own slot (child is '<id>' or
+--                       '<id>@<queue>'); returns false when it counted nothing
+-- cancel_children(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics, kids, reason,
+--                       now)  a waiting parent ended: each unfinished child of kids (its
+--                       flow:<id> HGETALL) is cancelled (cancel_waiting, or a cancel
+--                       request when leased); a child in another queue gets an outbox entry
+--                       'cancel:<id>@<queue>' -> JSON {q, j, r}, sent on as a cancel
 -- cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics, id, f, reason,
 --                       now)  a waiting, scheduled or waiting-on-children job leaves its set
 --                       for dead, cancelled (to_cancelled); f is its row's HMGET of state,
@@ -226,18 +238,20 @@ local function to_cancelled(prefix, k_dead, k_metrics, id, reason, from, attempt
   tell_waiters(prefix, id, waiters, 'cancelled', err)
 end
 
-local function flow_child_done(prefix, k_pending, parent, id, status, result, policy, now)
+local flow_child_done, cancel_waiting
+
+local function flow_count(prefix, k_pending, parent, id, status, result, policy, now)
   local k_flow = prefix .. 'flow:' .. parent
-  if redis.call('HGET', k_flow, id) ~= '' then return end  -- gone, or counted already
+  if redis.call('HGET', k_flow, id) ~= '' then return false end  -- gone, or counted already
   local died = status ~= 'completed'
-  if died and status ~= 'removed' and policy == 'continue' then return end
+  if died and status ~= 'removed' and policy == 'continue' then return false end
   redis.call('HSET', k_flow, id, status)
   if result and result ~= '' then redis.call('HSET', k_flow .. ':results', id, result) end
   local prow = prefix .. 'job:' .. parent
   local left = redis.call('HINCRBY', prow, 'children_left', -1)
   local p = redis.call('HMGET', prow, 'state', 'priority', 'lane', 'lifo', 'waiters', 'parent',
     'on_failure', 'attempts', 'name', 'payload', 'stalled')
-  if p[1] ~= 'waiting' then return end
+  if p[1] ~= 'waiting' then return true end
   if died and status ~= 'removed' and policy ~= 'ignore' then
     local err = 'child ' .. id .. ' ' .. status
     redis.call('ZREM', prefix .. 'waiting', parent)
@@ -257,9 +271,47 @@ local function flow_child_done(prefix, k_pending, parent, id, status, result, po
     wake(prefix .. 'wake', 1)
     emit('event', 'ready', 'job', parent)
   end
+  return true
 end
 
-local function cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics,
+local function queue_of(prefix)  -- 'emq:{<queue>}:' -> '<queue>'
+  return string.sub(prefix, 6, -3)
+end
+
+flow_child_done = function(prefix, k_pending, parent, id, status, result, policy, now)
+  local at = string.find(parent, '@', 1, true)
+  if not at then
+    flow_count(prefix, k_pending, parent, id, status, result, policy, now)
+    return
+  end
+  if status ~= 'completed' and status ~= 'removed' and policy == 'continue' then return end
+  redis.call('HSETNX', prefix .. 'outbox', 'done:' .. id, cjson.encode({
+    q = string.sub(parent, at + 1), p = string.sub(parent, 1, at - 1),
+    c = id .. '@' .. queue_of(prefix), s = status, f = policy, r = result or ''}))
+end
+
+local function cancel_children(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics,
+    kids, reason, now)
+  for i = 1, #kids, 2 do
+    local kid = kids[i]
+    if kids[i + 1] ~= '' then
+    elseif string.find(kid, '@', 1, true) then  -- in another queue: through the outbox
+      redis.call('HSET', prefix .. 'outbox', 'cancel:' .. kid, cjson.encode({
+        q = string.match(kid, '@(.*)$'), j = string.match(kid, '^(.-)@'), r = reason}))
+    else
+      local g = redis.call('HMGET', prefix .. 'job:' .. kid, 'state', 'lane', 'attempts',
+        'waiters', 'cancel', 'cancelled', 'parent', 'on_failure')
+      if g[1] and not cancel_waiting(prefix, k_pending, k_schedule,
+          k_active, k_dead, k_metrics, kid, g, reason, now) and redis.call('ZSCORE', k_active, kid)
+          and not g[5] then
+        redis.call('HSET', prefix .. 'job:' .. kid, 'cancel', reason)
+        emit('event', 'cancel_requested', 'job', kid, 'reason', reason, 'attempts', g[3])
+      end
+    end
+  end
+end
+
+cancel_waiting = function(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics,
     job, f, reason, now)
   local from = false
   if redis.call('ZREM', lane_pending_key(k_pending, lane_of(f[2])), job) == 1 then
@@ -272,20 +324,8 @@ local function cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k
   if not from then return false end
   to_cancelled(prefix, k_dead, k_metrics, job, reason, from, f[3], f[4], now)
   if from == 'waiting' then
-    local kids = redis.call('HGETALL', prefix .. 'flow:' .. job)
-    for i = 1, #kids, 2 do
-      if kids[i + 1] == '' then
-        local kid = kids[i]
-        local g = redis.call('HMGET', prefix .. 'job:' .. kid, 'state', 'lane', 'attempts',
-          'waiters', 'cancel', 'cancelled', 'parent', 'on_failure')
-        if g[1] and not cancel_waiting(prefix, k_pending, k_schedule,
-            k_active, k_dead, k_metrics, kid, g, reason, now) and redis.call('ZSCORE', k_active, kid)
-            and not g[5] then
-          redis.call('HSET', prefix .. 'job:' .. kid, 'cancel', reason)
-          emit('event', 'cancel_requested', 'job', kid, 'reason', reason, 'attempts', g[3])
-        end
-      end
-    end
+    cancel_children(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics,
+      redis.call('HGETALL', prefix .. 'flow:' .. job), reason, now)
   end
   if f[7] then flow_child_done(prefix, k_pending, f[7], job, 'cancelled', '', f[8], now) end
   return from

@@ -5,8 +5,13 @@
 -- number of children, into waiting (score = admitted ms) and gets a flow:<id> HASH naming
 -- each child with status '' (unfinished); a leaf goes to its lane's waiting set (prelude
 -- to_pending) and wakes a worker. Each child's row names its parent (parent) and its
--- failure policy (on_failure). Safety belt: every id is checked before the first write; an
--- id that exists, or repeats in the call, writes nothing (EMQCONFLICT).
+-- failure policy (on_failure). A flow spanning queues is admitted in one such step per
+-- queue, parents' steps first (docs/flows.md): a child in another queue is named in its
+-- parent's flow:<id> as '<id>@<queue>', and a child whose parent is in another queue has
+-- parent = '<id>@<queue>' (its end reaches the parent through the outbox). Safety belt:
+-- every id is checked before the first write; an id that exists, or repeats in the call,
+-- writes nothing (EMQCONFLICT), unless every id exists with the parent given: a resent
+-- step (its reply lost) writes nothing and returns 0.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] waiting    ZSET    parents waiting on their children, score = admitted ms
@@ -15,11 +20,13 @@
 -- KEYS[5] meta       HASH    queue flags (lanes)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
--- ARGV[3..] (id, name, payload, priority, max_attempts, lane, lifo, parent, on_failure, children)*
+-- ARGV[3..] (id, name, payload, priority, max_attempts, lane, lifo, parent, on_failure, children, remote)*
 --           one group per node, a parent before its children; lane '' = the default lane;
---           lifo '1' | ''; parent '' for the root; on_failure fail_parent | ignore |
---           continue; children = the node's number of children
--- Returns: the number of jobs admitted
+--           lifo '1' | ''; parent '' for the root, '<id>@<queue>' in another queue;
+--           on_failure fail_parent | ignore | continue; children = the node's number of
+--           children (all queues); remote = its children in other queues, '<id>@<queue>'
+--           separated by spaces, or ''
+-- Returns: the number of jobs admitted (0: a resent step, already admitted)
 -- Errors: EMQCONFLICT <id> when an id exists or repeats in the call
 -- Derives: job:<id> HASH, flow:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), meta lifo_seq, events:archived STRING
@@ -31,20 +38,29 @@ local k_wake = KEYS[4]
 local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
-local GROUP = 10
+local GROUP = 11
 
-use_events(k_events, maxlen)
-use_lanes(prefix, k_meta)
-
-local seen = {}
+local seen, there, clash = {}, {}, false
 for i = 3, #ARGV, GROUP do
   local id = ARGV[i]
-  if seen[id] or redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
-    return redis.error_reply('EMQCONFLICT ' .. id .. ' exists (or repeats in the flow): '
-      .. 'nothing was written')
+  local row = prefix .. 'job:' .. id
+  if seen[id] then
+    clash = clash or id
+  elseif redis.call('EXISTS', row) == 1 then
+    there[#there + 1] = id
+    if (redis.call('HGET', row, 'parent') or '') ~= ARGV[i + 7] then clash = clash or id end
   end
   seen[id] = true
 end
+if not clash and #there * GROUP == #ARGV - 2 then return 0 end  -- resent: all there already
+clash = clash or there[1]
+if clash then
+  return redis.error_reply('EMQCONFLICT ' .. clash .. ' exists (or repeats in the flow): '
+    .. 'nothing was written')
+end
+
+use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local ready, admitted = 0, 0
@@ -59,7 +75,12 @@ for i = 3, #ARGV, GROUP do
   if parent ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'parent', parent
     fields[#fields + 1], fields[#fields + 2] = 'on_failure', policy
-    redis.call('HSET', prefix .. 'flow:' .. parent, id, '')
+    if not string.find(parent, '@', 1, true) then
+      redis.call('HSET', prefix .. 'flow:' .. parent, id, '')
+    end
+  end
+  for kid in string.gmatch(ARGV[i + 10], '%S+') do
+    redis.call('HSET', prefix .. 'flow:' .. id, kid, '')
   end
   if children > 0 then
     fields[#fields + 1], fields[#fields + 2] = 'children_left', children

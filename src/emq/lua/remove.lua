@@ -67,20 +67,8 @@ if f[8] then  -- a flow's parent: its unfinished children are cancelled, its rec
   local kids = redis.call('HGETALL', prefix .. 'flow:' .. id)
   redis.call('DEL', prefix .. 'flow:' .. id, prefix .. 'flow:' .. id .. ':results')
   if where == 'waiting' then
-    for i = 1, #kids, 2 do
-      if kids[i + 1] == '' then
-        local kid = kids[i]
-        local g = redis.call('HMGET', prefix .. 'job:' .. kid, 'state', 'lane', 'attempts',
-          'waiters', 'cancel', 'cancelled', 'parent', 'on_failure')
-        if g[1] and not cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead,
-            prefix .. 'metrics', kid, g, 'parent removed', now)
-            and redis.call('ZSCORE', k_active, kid) and not g[5] then
-          redis.call('HSET', prefix .. 'job:' .. kid, 'cancel', 'parent removed')
-          emit('event', 'cancel_requested', 'job', kid, 'reason', 'parent removed',
-            'attempts', g[3])
-        end
-      end
-    end
+    cancel_children(prefix, k_pending, k_schedule, k_active, k_dead, prefix .. 'metrics',
+      kids, 'parent removed', now)
   end
 end
 if f[6] then flow_child_done(prefix, k_pending, f[6], id, 'removed', '', f[7], now) end

@@ -1,7 +1,9 @@
-"""The maintenance beat every worker runs: ``promote_due`` and the stalled sweep.
+"""The maintenance beat every worker runs: ``promote_due``, the outbox, the stalled sweep.
 
 Each beat promotes due scheduled jobs (so they wake parked workers; ``claim`` promotes by
-itself too). Every ``stalled_interval_ms`` the worker tries to take the queue's
+itself too) and delivers the queue's outbox (a flow's messages to other queues,
+docs/flows.md), so a parent in another queue hears of its child's end within a beat.
+Every ``stalled_interval_ms`` the worker tries to take the queue's
 ``stalled-check`` key with ``SET NX PX stalled_interval_ms``; only the taker sweeps, so a fleet
 runs about one sweep per interval. The guard is an optimisation: two sweeps that do overlap
 are still exact (G2), because the sweep is one script. The sweep is the only recovery path:
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from ..async_queue import AsyncQueue
 from ..scripts import translated
 from .connect import SERVER_ERRORS, Outage
-from .log import Report
+from .log import Report, event
 from .options import WorkerOptions
 from .repeat_beat import RepeatBeat
 
@@ -74,6 +76,11 @@ class Maintenance:
     async def beat(self) -> None:
         for q in self._queues:
             await q.promote_due(1000)
+            delivered = await q.deliver_outbox()
+            if delivered.broken:
+                dropped = list(delivered.broken[:10])
+                event(self._report.log, "error", "unreadable outbox entries dropped",
+                      "outbox_broken", queue=q.name, entries=dropped)  # fmt: skip
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + self._opts.stalled_interval_ms / 1000
