@@ -36,7 +36,7 @@ from .errors import (
     WrongState,
 )
 from .events import Event
-from .flows import Child, Flow, FlowIds
+from .flows import Child, Flow, FlowIds, chain, group
 from .lanes import Lane, Limits, RateLimited
 from .queue import Queue
 from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
@@ -94,6 +94,8 @@ __all__ = [
     "WorkerFailed",
     "WorkerOptions",
     "WrongState",
+    "chain",
+    "group",
 ]
 
 __version__ = "0.1.0"
