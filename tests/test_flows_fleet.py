@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from emq import JobContext, JobSpec, Queue, Worker, WorkerOptions
@@ -28,36 +29,49 @@ FLEET = ["--concurrency", "20", "--lease-ms", "1000", "--stalled-interval-ms", "
          "--max-stalled", "0"]  # fmt: skip
 
 
-def spawn(url: str, qname: str, tmp: Path, n: int) -> subprocess.Popen[bytes]:
+def spawn(url: str, queues: list[str], tmp: Path, n: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, EMQ_URL=url)
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
+    names = [arg for q in queues for arg in ("-q", q)]
     with (tmp / f"w-{n}.log").open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", CLI, "worker", "tests.flows_support:handlers", "-q", qname,
+            [sys.executable, "-c", CLI, "worker", "tests.flows_support:handlers", *names,
              *FLEET],
             env=env, stdout=out, stderr=out, cwd=tmp,
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("across", [False, True], ids=["one-queue", "two-queues"])
 def test_a_thousand_children_under_random_sigkills_run_their_parent_once(
-    url: str, queue: Queue, client: redis.Redis, qname: str, tmp_path: Path
+    url: str, queue: Queue, client: redis.Redis, qname: str, tmp_path: Path, across: bool
 ) -> None:
+    """With ``across``, the children are in a second queue: a kill can land between a
+    child's completion and its delivery to the parent (the outbox), and the parent still
+    runs once with every result."""
     rng = random.Random(13)
-    ids = queue.enqueue_flow(JobSpec("combine"), [JobSpec("part", i) for i in range(1_000)])
+    kids = qname + "-kids" if across else None
+    queues = [qname, kids] if kids else [qname]
+    ids = queue.enqueue_flow(
+        JobSpec("combine"), [JobSpec("part", i, queue=kids) for i in range(1_000)]
+    )
     started = 0
-    live = [spawn(url, qname, tmp_path, started + i) for i in range(3)]
+    live = [spawn(url, queues, tmp_path, started + i) for i in range(3)]
     started = 3
     kills, deadline = 0, time.monotonic() + 5 * HANG
     try:
         while not client.llen(parent_key(qname)):
             assert time.monotonic() < deadline, queue.counts()
-            done = queue.counts()["completed"]
+            done = (
+                Queue(queue.client, kids).counts()["completed"]
+                if kids
+                else queue.counts()["completed"]
+            )
             if kills < 4 and done > 150 * (kills + 1):
                 victim = live.pop(rng.randrange(len(live)))
                 victim.kill()
                 victim.wait(HANG)
                 kills += 1
-                live.append(spawn(url, qname, tmp_path, started))
+                live.append(spawn(url, queues, tmp_path, started))
                 started += 1
             time.sleep(0.02)
         wait_until = time.monotonic() + HANG
@@ -73,10 +87,16 @@ def test_a_thousand_children_under_random_sigkills_run_their_parent_once(
     assert runs[0]["completed"] == 1_000 and runs[0]["no_result"] == 0
     assert runs[0]["total"] == sum(2 * i for i in range(1_000))
     assert kills >= 2
-    c = queue.counts()
-    assert (c["pending"], c["active"], c["waiting"], c["dead"]) == (0, 0, 0, 0), c
-    assert c["completed"] == 1_001
-    check_flows(client, qname)
+    for name in queues:
+        c = Queue(queue.client, name).counts()
+        assert (c["pending"], c["active"], c["waiting"], c["dead"]) == (0, 0, 0, 0), c
+        check_flows(client, name)
+    if kids:
+        assert Queue(queue.client, kids).counts()["completed"] == 1_000
+        assert queue.counts()["completed"] == 1
+        assert client.hlen(f"emq:{{{kids}}}:outbox") == 0
+    else:
+        assert queue.counts()["completed"] == 1_001
 
 
 async def test_a_sync_parent_reads_its_children_through_an_in_process_worker(
