@@ -258,3 +258,21 @@ async def test_the_async_twin_admits_and_reads_a_flow(
     await aqueue.close()
     check_flows(client, qname)
     check_lanes(client, qname)
+
+
+def test_a_redriven_parent_waits_for_its_unfinished_children(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    ids = queue.enqueue_flow(JobSpec("sum"), [JobSpec("a", max_attempts=1), JobSpec("b")])
+    first, second = queue.claim(2, 60_000)
+    dying, other = (first, second) if first.id == ids.children[0].id else (second, first)
+    queue.fail(dying.id, dying.token, "boom", retry=False)
+    assert queue.job(ids.id).state == "dead"  # fail_parent: the parent died at once
+    assert queue.redrive(ids.id)
+    assert queue.job(ids.id).state == "waiting"  # b is still leased: it must finish first
+    assert queue.claim(5, 60_000) == []
+    check_flows(client, qname)
+    queue.complete(other.id, other.token)
+    assert queue.job(ids.id).state == "pending"
+    assert sorted(c.status for c in queue.children(ids.id)) == ["completed", "dead"]
+    check_flows(client, qname)

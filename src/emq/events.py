@@ -40,7 +40,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "ready": (),  # a flow's parent left waiting: its last child finished (docs/flows.md)
     "delayed": ("attempts", "delay_ms"),
     "stalled": ("attempts", "stalled"),
-    "redriven": ("attempts",),
+    "redriven": ("attempts", "to"),
     "removed": ("attempts", "from"),
     "paused": (),
     "resumed": (),

@@ -52,7 +52,7 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     "delay": (frozenset({JobState.ACTIVE}), frozenset({JobState.PENDING, JobState.SCHEDULED})),
     "promote": (frozenset({JobState.SCHEDULED}), frozenset({JobState.PENDING})),
     "sweep_stalled": (frozenset({JobState.ACTIVE}), frozenset({JobState.PENDING, JobState.DEAD})),
-    "redrive": (frozenset({JobState.DEAD}), frozenset({JobState.PENDING})),
+    "redrive": (frozenset({JobState.DEAD}), frozenset({JobState.PENDING, JobState.WAITING})),
     "remove": (
         frozenset(
             {JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD, JobState.WAITING}
