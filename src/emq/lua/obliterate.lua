@@ -27,7 +27,8 @@
 --   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
---   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH (flows)
+--   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
+--   undelivered messages go with the queue)
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -89,5 +90,5 @@ end
 redis.call('DEL', prefix .. 'repeats', prefix .. 'repeat-slots')
 redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
   k_events .. ':archived', k_events .. ':archiver', prefix .. 'rate', prefix .. 'lanes:ring',
-  prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf')
+  prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf', prefix .. 'outbox')
 return {removed, 1}
