@@ -85,6 +85,7 @@ class Runner:
         )
         self.report = Report(log, stats)
         self.beat = Maintenance(self.queues, o, self.outage, self.report)
+        self._outbox_written = False
         by_name = {q.name: q for q in self.queues}
         self.progress = Progress(by_name, o.progress_interval_ms, self.outage)
         keeps = any(h.result_ttl_ms for h in handlers.values()) or any(
@@ -377,6 +378,8 @@ class Runner:
 
     def _settle(self, job: Held, outcome: Outcome) -> None:
         self.room.set()  # the drain waits for outcomes
+        if outcome.kind == "child" and "@" in (job.claimed.parent or ""):
+            self._outbox_written = True  # its parent is in another queue: deliver soon
         if self.cancels.jobs:  # a cancelled job ends dead, cancelled (.cancels)
             outcome = self.cancels.outcome(job, outcome)
         if outcome.kind == "discard":
@@ -388,6 +391,9 @@ class Runner:
     def _landed(self, batch: list[Ack]) -> None:
         self.hb.drop_many([a.lease for a in batch])
         self.room.set()
+        if self._outbox_written:
+            self._outbox_written = False
+            self.beat.poke()
 
     def _acked(self, ack: Ack, answer: str) -> None:
         if answer is Answer.COMPLETED and not self.debug:  # the hot path: count only
