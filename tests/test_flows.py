@@ -276,3 +276,16 @@ def test_a_redriven_parent_waits_for_its_unfinished_children(
     assert queue.job(ids.id).state == "pending"
     assert sorted(c.status for c in queue.children(ids.id)) == ["completed", "dead"]
     check_flows(client, qname)
+
+
+def test_ten_thousand_children_are_one_step_and_one_more_is_refused(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    kids = [JobSpec("part", i) for i in range(10_000)]
+    with pytest.raises(InvalidInput, match="at most 10,000 jobs"):
+        queue.enqueue_flow(JobSpec("sum"), [*kids, JobSpec("one-more")])
+    assert queue.counts()["pending"] == 0  # nothing was written
+    ids = queue.enqueue_flow(JobSpec("sum"), kids)
+    assert len(ids.children) == 10_000
+    assert (queue.counts()["waiting"], queue.counts()["pending"]) == (1, 10_000)
+    check_flows(client, qname)

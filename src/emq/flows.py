@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .calls import MAX_CHUNK, Arg, Call, QueueCore
+from .calls import Arg, Call, QueueCore
 from .checks import shown
 from .errors import DuplicateConflict, InvalidOption
 from .keys import QueueKeys, check_queue_name
@@ -27,6 +27,8 @@ POLICIES = ("fail_parent", "ignore", "continue")
 combines its children's results should not run on a partial set unless asked to), ``ignore``
 (counted as finished; the parent runs and sees it dead), ``continue`` (the parent waits
 until the child is redriven and completes)."""
+
+MAX_FLOW_CHILDREN = 10_000  # jobs under the root, all levels: one step admits them all
 
 STATUSES = ("", "completed", "dead", "ignored", "removed", "cancelled")
 
@@ -131,8 +133,8 @@ def flow_plan(core: QueueCore, parent: JobSpec, children: Sequence[JobSpec | Flo
         me = len(nodes)
         group = [g[0], g[1], g[2], g[3], g[4], g[7], g[8]]
         nodes.append(_Node(group, up, spec.on_failure, queue, level=level))
-        if len(nodes) > MAX_CHUNK:
-            raise InvalidOption(f"at most {MAX_CHUNK} jobs in one flow")
+        if len(nodes) > MAX_FLOW_CHILDREN + 1:
+            raise InvalidOption(f"at most {MAX_FLOW_CHILDREN:,} jobs under one flow's parent")
         if up >= 0:
             nodes[up].children.append(me)
         if isinstance(kids, (str, bytes)) or not isinstance(kids, Sequence):
