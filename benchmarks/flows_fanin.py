@@ -1,6 +1,6 @@
 """A 10,000-child fan-in next to the plain processing rate, in one run.
 
-    .venv/bin/python benchmarks/flows_fanin.py [--children 9999] [--rounds 9] [--conc 50]
+    .venv/bin/python benchmarks/flows_fanin.py [--children 10000] [--rounds 9] [--conc 50]
 
 One private server (``emq.server.EmbeddedServer`` in a temp dir, ``appendonly no``). Two sides
 alternate within every round (the order swaps from round to round), each on a fresh queue:
@@ -22,10 +22,6 @@ round (median over rounds, every round printed), since absolute rates on a share
 drift; also printed: the ratio of each side's fastest round (on a shared machine other work
 only ever slows a round down) and ``plain / flow`` of the CPU per job (server + worker), which
 varies much less than the rates.
-
-``--children`` defaults to 9,999: ``enqueue_flow`` admits at most 10,000 jobs in one flow,
-the parent included (``MAX_CHUNK``), so 9,999 children and their parent is the largest
-one-call fan-in.
 
 Also, per side: admission (the enqueue call alone: ``enqueue_many`` against
 ``enqueue_flow``, jobs/s), the server's CPU per job (``INFO cpu`` user + sys) around the
@@ -296,6 +292,18 @@ def show(r: int, got: dict[str, Any]) -> None:
     print(line, flush=True)
 
 
+def git_state() -> str:
+    """HEAD's hash, with ``+dirty`` when src/ has uncommitted changes (what was measured)."""
+
+    def git(*cmd: str) -> str:
+        run = subprocess.run(["git", "-C", str(BENCH.parent), *cmd], capture_output=True, text=True)
+        return run.stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+dirty" if git("status", "--porcelain", "src") else ""
+    )
+
+
 def per_job(stats: dict[str, list[int]], jobs: int) -> dict[str, str]:
     return {k: f"{stats[k][0] / jobs:.2f} calls, {stats[k][1] / jobs:.2f} us" for k in TRACKED
             if k in stats}  # fmt: skip
@@ -303,7 +311,7 @@ def per_job(stats: dict[str, list[int]], jobs: int) -> dict[str, str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--children", type=int, default=9_999)
+    p.add_argument("--children", type=int, default=10_000)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--conc", type=int, default=50)
     p.add_argument("--split", type=int, default=2_000)
@@ -378,7 +386,7 @@ def main() -> None:
     path.write_text(json.dumps({
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "started": started, "seconds": round(time.time() - started, 1),
-        "server": f"valkey {version}", "python": platform.python_version(),
+        "git": git_state(), "server": f"valkey {version}", "python": platform.python_version(),
         "cores": os.cpu_count(), "load_end": os.getloadavg(),
         "ratio": ratios, "best_ratio": best, "cpu_ratio": costs, "admit_ratio": admits,
         "rounds": figures, "split": splits,
