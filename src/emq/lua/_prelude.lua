@@ -249,25 +249,28 @@ local function flow_count(prefix, k_pending, parent, id, status, result, policy,
   if result and result ~= '' then redis.call('HSET', k_flow .. ':results', id, result) end
   local prow = prefix .. 'job:' .. parent
   local left = redis.call('HINCRBY', prow, 'children_left', -1)
-  local p = redis.call('HMGET', prow, 'state', 'priority', 'lane', 'lifo', 'waiters', 'parent',
-    'on_failure', 'attempts', 'name', 'payload', 'stalled')
-  if p[1] ~= 'waiting' then return true end
-  if died and status ~= 'removed' and policy ~= 'ignore' then
+  local fails = died and status ~= 'removed' and policy ~= 'ignore'
+  if left > 0 and not fails then return true end  -- the common case: one more child done
+  if redis.call('HGET', prow, 'state') ~= 'waiting' then return true end
+  if fails then
+    local p = redis.call('HMGET', prow, 'waiters', 'parent', 'on_failure', 'attempts', 'name',
+      'payload', 'stalled')
     local err = 'child ' .. id .. ' ' .. status
     redis.call('ZREM', prefix .. 'waiting', parent)
     redis.call('HSET', prow, 'state', 'dead', 'last_error', err, 'died_at', now)
     redis.call('ZADD', prefix .. 'dead', now, parent)
     redis.call('HINCRBY', prefix .. 'metrics', 'dead', 1)
-    emit('event', 'dead', 'job', parent, 'attempts', p[8], 'error', err, 'name', p[9],
-      'payload', p[10], 'stalled', p[11])
-    tell_waiters(prefix, parent, p[5], 'dead', err)
-    if p[6] then
-      flow_child_done(prefix, k_pending, p[6], parent, 'dead', '', p[7], now)
+    emit('event', 'dead', 'job', parent, 'attempts', p[4], 'error', err, 'name', p[5],
+      'payload', p[6], 'stalled', p[7])
+    tell_waiters(prefix, parent, p[1], 'dead', err)
+    if p[2] then
+      flow_child_done(prefix, k_pending, p[2], parent, 'dead', '', p[3], now)
     end
-  elseif left <= 0 then
+  else  -- the last child: the parent is ready
+    local p = redis.call('HMGET', prow, 'priority', 'lane', 'lifo')
     redis.call('ZREM', prefix .. 'waiting', parent)
     redis.call('HSET', prow, 'state', 'pending')
-    to_pending(k_pending, parent, p[2], p[3], p[4])
+    to_pending(k_pending, parent, p[1], p[2], p[3])
     wake(prefix .. 'wake', 1)
     emit('event', 'ready', 'job', parent)
   end

@@ -64,6 +64,16 @@ use_lanes(prefix, k_meta)
 
 local now = server_ms()
 local ready, admitted = 0, 0
+local records, order = {}, {}  -- flow:<parent> fields, written in batches at the end
+local function listed(parent, kid)
+  local r = records[parent]
+  if not r then
+    r = {}
+    records[parent] = r
+    order[#order + 1] = parent
+  end
+  r[#r + 1], r[#r + 2] = kid, ''
+end
 for i = 3, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local priority, max_attempts, lane, lifo = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
@@ -75,13 +85,9 @@ for i = 3, #ARGV, GROUP do
   if parent ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'parent', parent
     fields[#fields + 1], fields[#fields + 2] = 'on_failure', policy
-    if not string.find(parent, '@', 1, true) then
-      redis.call('HSET', prefix .. 'flow:' .. parent, id, '')
-    end
+    if not string.find(parent, '@', 1, true) then listed(parent, id) end
   end
-  for kid in string.gmatch(ARGV[i + 10], '%S+') do
-    redis.call('HSET', prefix .. 'flow:' .. id, kid, '')
-  end
+  for kid in string.gmatch(ARGV[i + 10], '%S+') do listed(id, kid) end
   if children > 0 then
     fields[#fields + 1], fields[#fields + 2] = 'children_left', children
   end
@@ -94,6 +100,12 @@ for i = 3, #ARGV, GROUP do
   end
   admitted = admitted + 1
   emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
+end
+for _, parent in ipairs(order) do
+  local r = records[parent]
+  for j = 1, #r, 1000 do
+    redis.call('HSET', prefix .. 'flow:' .. parent, unpack(r, j, math.min(j + 999, #r)))
+  end
 end
 wake(k_wake, ready)
 return finish(admitted)
