@@ -4,16 +4,29 @@ second, idempotent step. Every test ends with the flow invariants on both queues
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from emq import AsyncQueue, DuplicateConflict, Flow, JobSpec, Queue
+from emq import (
+    AsyncQueue,
+    DuplicateConflict,
+    Flow,
+    JobContext,
+    JobSpec,
+    Queue,
+    Worker,
+    WorkerOptions,
+)
 from emq.keys import QueueKeys
 from emq.outbox import deliver_call, plan
+from emq.server import EmbeddedServer
 
 from .flows_check import check_flows
+from .helpers import until
+from .test_worker_procs import HANG
 
 
 @pytest.fixture
@@ -217,3 +230,42 @@ async def test_the_async_twin_admits_and_delivers_across_queues(
     await aqueue.close()
     check_flows(client, aqueue.name)
     check_flows(client, QueueKeys.of(qname + "-kids").queue)
+
+
+async def test_an_out_of_memory_episode_delays_delivery_and_loses_nothing(
+    own: EmbeddedServer, admin: redis.Redis
+) -> None:
+    """The children's ends wait in the outbox while the server refuses every write; the
+    worker's beat logs the episode, keeps beating, and delivers once memory is back: the
+    parent runs once with every result."""
+    parents, kids = Queue.from_url(own.url(), "oomp"), Queue.from_url(own.url(), "oomk")
+    ids = parents.enqueue_flow(
+        JobSpec("combine"), [JobSpec("part", i, queue=kids.name) for i in range(50)]
+    )
+    for i in range(50):
+        run_one(kids, i)
+    seen: list[list[object]] = []
+
+    def combine(payload: object, ctx: JobContext) -> None:
+        seen.append(sorted(c.result for c in ctx.children()))  # type: ignore[type-var]
+
+    w = Worker([parents, kids], options=WorkerOptions(stalled_interval_ms=200))
+    w.register("combine", combine)
+    admin.config_set("maxmemory", 1)  # every script refused, the delivery's too
+    task = asyncio.create_task(w.run(handle_signals=False))
+    try:
+        await asyncio.sleep(1.5)  # the episode: several beats try and are refused
+        assert admin.hlen(kids.core.keys.outbox) == 50  # refused, kept
+        assert parents.job(ids.id).state == "waiting"
+        admin.config_set("maxmemory", 0)
+        await until(lambda: parents.job(ids.id) is None, HANG, "the parent to complete")
+    finally:
+        admin.config_set("maxmemory", 0)
+        w.stop()
+        await asyncio.wait_for(task, HANG)
+    assert seen == [list(range(50))]
+    assert w.stats.outages >= 1  # the episode was logged, and the worker rode it out
+    assert admin.hlen(kids.core.keys.outbox) == 0
+    check_both(admin, parents, kids)
+    parents.close()
+    kids.close()

@@ -58,11 +58,12 @@ from .shell import UNREACHABLE
 log = logging.getLogger(__name__)
 
 DURABLE_SCRIPTS = frozenset(
-    {"enqueue", "enqueue_flow", "complete", "fail", "delay", "redrive", "remove"}
+    {"enqueue", "enqueue_flow", "complete", "fail", "delay", "redrive", "remove", "deliver_flow"}
 )
-"""The writes that ``durability="aof"`` confirms: admitting and finishing a job, and the
-operator's moves. Claims, extends, promotes and sweeps are not waited for: losing one to a
-rollback puts a job back where a worker or the sweep finds it again."""
+"""The writes that ``durability="aof"`` confirms: admitting and finishing a job, a flow's
+delivery across queues (confirmed before its outbox entry is deleted), and the operator's
+moves. Claims, extends, promotes and sweeps are not waited for: losing one to a rollback
+puts a job back where a worker or the sweep finds it again."""
 
 MARKER_FIELD = "completed"  # HINCRBY <metrics> completed 0: a write that changes nothing
 

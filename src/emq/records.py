@@ -27,9 +27,9 @@ class EnqueuedId(str):
 class JobSpec:
     """A job to enqueue, validated on construction. ``lifo``: the job goes ahead of the jobs
     waiting at its priority, the newest lifo job first (docs/control.md). ``queue`` and
-    ``on_failure`` are for a child of a flow (``enqueue_flow``, docs/flows.md): what its
-    death does to its parent, ``"fail_parent"`` (the default), ``"ignore"`` or
-    ``"continue"``."""
+    ``on_failure`` are for a job of a flow (``enqueue_flow``, docs/flows.md): the queue it
+    lives in (None: its parent's), and what its death does to its parent,
+    ``"fail_parent"`` (the default), ``"ignore"`` or ``"continue"``."""
 
     name: str
     payload: Any = None

@@ -98,7 +98,12 @@ class Maintenance:
     async def beat(self) -> None:
         for q in self._queues:
             await q.promote_due(1000)
-            delivered = await q.deliver_outbox()
+            try:  # a refused delivery (another queue's keys denied by an ACL, say) is
+                delivered = await q.deliver_outbox()  # logged; it never stops the sweep
+            except SERVER_ERRORS as exc:
+                self._outage.failed(exc, "outbox")
+                continue
+            self._outage.ok("outbox")
             if delivered.broken:
                 dropped = list(delivered.broken[:10])
                 event(self._report.log, "error", "unreadable outbox entries dropped",
