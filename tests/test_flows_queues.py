@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from emq import (
     AsyncQueue,
@@ -20,6 +21,7 @@ from emq import (
     Worker,
     WorkerOptions,
 )
+from emq.cli.main import cli
 from emq.keys import QueueKeys
 from emq.outbox import deliver_call, plan
 from emq.server import EmbeddedServer
@@ -48,7 +50,7 @@ def check_both(client: redis.Redis, *queues: Queue) -> None:
 
 
 def test_a_child_in_another_queue_reaches_its_parent_once(
-    queue: Queue, kids: Queue, client: redis.Redis
+    queue: Queue, kids: Queue, client: redis.Redis, url: str
 ) -> None:
     ids = queue.enqueue_flow(
         JobSpec("combine"),
@@ -62,7 +64,11 @@ def test_a_child_in_another_queue_reaches_its_parent_once(
     done = {run_one(kids, {"n": i}) for i in range(3)}
     assert done == set(remote)
     # the children's step is done; their parent has not heard yet: the outbox holds it
-    assert client.hlen(kids.core.keys.outbox) == 3
+    assert client.hlen(kids.core.keys.outbox) == 3 and kids.counts()["outbox"] == 3
+    shown = CliRunner().invoke(cli, ["stats", kids.name, "--url", url]).output
+    assert "outbox: 3 flow messages" in shown
+    shown = CliRunner().invoke(cli, ["stats", queue.name, "--url", url]).output
+    assert "waiting" in shown and "outbox" not in shown
     assert queue.job(ids.id).state == "waiting"
     check_both(client, queue, kids)
     # a beat that delivered and died before deleting: the next beat's delivery counts nothing

@@ -399,9 +399,12 @@ def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
 COUNT_FIELDS = ("completed", "failed", "dead", "recovered")
 
 
-def decode_counts(sizes: Sequence[int], metrics: Sequence[str | None]) -> dict[str, int]:
-    """``counts()``: the size of each location, then the lifetime counters."""
+def decode_counts(
+    sizes: Sequence[int], metrics: Sequence[str | None], outbox: int = 0
+) -> dict[str, int]:
+    """``counts()``: the size of each location, the lifetime counters, the outbox's size."""
     out = {loc.value: int(n) for loc, n in zip(Location, sizes, strict=True)}
     for name, value in zip(COUNT_FIELDS, metrics, strict=True):
         out["dead_total" if name == "dead" else name] = int(value or 0)
+    out["outbox"] = int(outbox)
     return out

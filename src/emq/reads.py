@@ -46,7 +46,7 @@ class Reads:
     def counts(self) -> dict[str, int]:
         """The size of each location and the lifetime counters, read at one instant; in lane
         mode ``pending`` counts the waiting jobs of every lane (read by ``lanes()`` right
-        after)."""
+        after); ``outbox``: a flow's messages to other queues not yet delivered."""
         k = self.core.keys
         with scripts.translated():
             with self.client.pipeline(transaction=True) as p:
@@ -54,11 +54,12 @@ class Reads:
                     p.zcard(k.location(loc.value))
                 p.hmget(k.metrics, list(COUNT_FIELDS))
                 p.hget(k.meta, "lanes")
-                *sizes, metrics, lane_mode = p.execute()
+                p.hlen(k.outbox)
+                *sizes, metrics, lane_mode, outbox = p.execute()
         if lane_mode == "1":
             _, lanes = self._run(self.core.lanes(leased=False))
             sizes[0] = sum(lane.pending for lane in lanes)
-        return decode_counts(sizes, metrics)
+        return decode_counts(sizes, metrics, outbox)
 
     def lanes(self) -> list[Lane]:
         """Every lane with waiting or leased jobs or settings of its own (the default lane

@@ -159,7 +159,7 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(result[queue] if queue else result)
         return
-    cols = ["pending", "active", "schedule", "dead", "completed", "failed", "recovered"]
+    cols = ["pending", "active", "schedule", "waiting", "dead", "completed", "failed", "recovered"]
     t = table("emq queues", "queue")
     for c in cols:
         t.add_column(c, justify="right")
@@ -168,6 +168,9 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
     show(t)
     for name, note in notes.items():
         say(name, " limits: ", note)
+    for name, counts in result.items():
+        if counts["outbox"]:  # a flow's messages to other queues, not yet delivered
+            say(name, f" outbox: {counts['outbox']} flow messages wait for a worker's beat")
 
 
 @click.command()
