@@ -3,10 +3,12 @@
     python3 benchmarks/run.py                 # full run (~15 min), updates docs/benchmarks.md
     python3 benchmarks/run.py --quick         # smaller sizes, a couple of minutes
     python3 benchmarks/run.py --only emq,rq   # just these systems (raw limits always run)
+    python3 benchmarks/run.py --only emq,bullmq,bullmq-node   # bullmq for Node needs node, npm
 
 It builds benchmarks/.venv (emq editable, matplotlib) and one venv per peer under
-benchmarks/.venv/peers/, starts one private server on loopback, and writes
-benchmarks/results/<date>.json and .png. See docs/benchmarks.md.
+benchmarks/.venv/peers/ (`npm ci` for the Node peers, which are skipped without node), starts
+one private server on loopback, and writes benchmarks/results/<date>.json and .png. See
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.node import NODE_PEERS
 from harness.venvs import PEERS, ensure_harness
 
 
@@ -46,7 +49,10 @@ def parse() -> argparse.Namespace:
         help="measure nothing: redraw the chart and docs/benchmarks.md from a results file",
     )
     args = p.parse_args()
-    systems = ["emq", *PEERS]
+    systems = ["emq"]
+    for peer in PEERS:  # each Node peer right after the Python port of the same queue
+        systems += [peer, *(n for n in NODE_PEERS if n.removesuffix("-node") == peer)]
+    systems += [n for n in NODE_PEERS if n not in systems]
     if args.only:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
         unknown = [s for s in wanted if s not in systems]

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .node import NODE_PEERS, node_binary, script
 from .server import Server
 from .stats import percentile
 from .venvs import BENCH, peer_python
@@ -40,7 +41,10 @@ class Peer:
     append: bool = False
 
     def cmd(self, action: str, url: str, **opts: Any) -> list[str]:
-        out = [str(peer_python(self.name)), str(PEERS_DIR / "runner.py"), self.name, action]
+        if self.name in NODE_PEERS:
+            out = [node_binary() or "node", str(script(self.name)), action]
+        else:
+            out = [str(peer_python(self.name)), str(PEERS_DIR / "runner.py"), self.name, action]
         out += ["--url", url]
         for key, value in opts.items():
             out += [f"--{key}", str(value)]

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import figures, measure, raw, report
 from .measure import Peer, RunError
+from .node import NODE_PEERS, SKIPPED, ensure_node_peers
 from .server import Server
 from .stats import median
 from .venvs import REPO, VENV, ensure_peers, peer_python
@@ -52,6 +53,7 @@ PROC_JOBS = {
     "streaq": 3_000,
     "bullmq": 4_000,
     "celery": 4_000,
+    "bullmq-node": 20_000,
 }
 PROC_DEFAULT = 6_000
 
@@ -181,7 +183,9 @@ def run_all(args: argparse.Namespace, command: str) -> None:
     stamp = datetime.now().strftime("%Y-%m-%d-%H%M%S") + ("-quick" if args.quick else "")
     log(f"load average at start: {load_start}")
     peer_names = [s for s in args.systems if s != "emq"]
-    failed = ensure_peers(peer_names)
+    failed = ensure_peers(peer_names) | ensure_node_peers(peer_names)
+    for name, err in failed.items():
+        log(f"{name}: {err}")
     server = Server().start()
     log(f"server: {server.info}")
     systems: dict[str, dict[str, Any]] = {}
@@ -195,7 +199,9 @@ def run_all(args: argparse.Namespace, command: str) -> None:
             ]
         for label, peer in entries:
             if name in failed:
-                systems[label] = {"status": "install failed", "error": failed[name], "runs": {}}
+                err = failed[name]
+                status = "skipped" if err.startswith(SKIPPED) else "install failed"
+                systems[label] = {"status": status, "error": err.removeprefix(SKIPPED), "runs": {}}
                 continue
             info = _info(peer, server.url)
             if "error" in info:
@@ -257,7 +263,8 @@ def run_all(args: argparse.Namespace, command: str) -> None:
         "settings": {**cfg, "quick": args.quick, "runs": args.runs,
                      "memory_runs": args.memory_runs, "proc_jobs": PROC_JOBS,
                      "proc_default": PROC_DEFAULT, "venv": str(VENV),
-                     "pythons": {k: str(peer_python(p.name)) for k, p in peers.items()}},
+                     "pythons": {k: str(peer_python(p.name)) for k, p in peers.items()
+                                 if p.name not in NODE_PEERS}},
         "systems": systems,
         "best_peer": best,
     }  # fmt: skip
