@@ -8,7 +8,9 @@ before the worker starts: the import, the options (built into a validated
 :class:`~emq.worker.WorkerOptions`) and one PING of the server. Exit codes: 0 after a
 graceful stop or a finished ``--burst`` run, 2 for bad usage (import string, a module that
 fails to import, options, a server that cannot be reached or is not Valkey/Redis), 130 after
-a second signal forced the exit.
+a second signal forced the exit. ``--processes N`` (N > 1) checks the same, then runs N such
+workers under a supervisor (:mod:`.supervisor`), which restarts a child that dies and passes
+signals on.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import click
 from ..errors import InvalidOption
 from ..worker import Worker
 from .common import connect, resolve_url, url_option
+from .supervisor import MAX_PROCESSES, Supervisor
 
 STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 
@@ -117,6 +120,28 @@ def check_server(w: Worker) -> None:
         client.close()
 
 
+def child_args(ctx: click.Context) -> list[str]:
+    """One child's arguments: this command's, without ``--processes`` and ``--url`` (the
+    supervisor resolved the URL once and passes it in ``EMQ_URL``, off the process list).
+    Built from the parsed options, so every option a worker takes reaches its children."""
+    args = ["worker"]
+    target = ""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if param.name in ("processes", "url") or value is None or value is False:
+            continue
+        if isinstance(param, click.Argument):
+            target = str(value)
+            continue
+        opt = max(param.opts, key=len)
+        if isinstance(param, click.Option) and param.is_flag:
+            args.append(opt)
+        else:
+            values = value if isinstance(value, tuple) else (value,)
+            args.extend(f"{opt}={v}" for v in values)
+    return [*args, "--", target]
+
+
 def setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
@@ -153,6 +178,13 @@ def setup_logging(fmt: str, level: str) -> None:
     help="The least severe log records shown.",
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON-lines logs (the default format).")
+@click.option(
+    "--processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help=f"Worker processes under one supervisor (1..{MAX_PROCESSES}).",
+)
 @url_option
 def worker(
     target: str,
@@ -168,13 +200,17 @@ def worker(
     log_format: str | None,
     log_level: str,
     as_json: bool,
+    processes: int,
     url: str | None,
 ) -> None:
     """Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.
 
     A first signal stops claiming, gives back unstarted jobs and lets running ones finish
-    (up to the grace period); a second one exits at once.
+    (up to the grace period); a second one exits at once. With --processes N, N worker
+    processes run under one supervisor that restarts a child that dies and passes signals on.
     """
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise InvalidOption(f"--processes must be 1..{MAX_PROCESSES}, got {processes}")
     if as_json and log_format == "text":
         raise InvalidOption("--json and --log-format text contradict each other; pick one")
     setup_logging(log_format or "json", log_level)
@@ -197,6 +233,10 @@ def worker(
     )
     choose_url(w, url)
     check_server(w)
+    if processes > 1:
+        env = dict(os.environ, **({"EMQ_URL": w.url} if w.url else {}))
+        args = child_args(click.get_current_context())
+        sys.exit(Supervisor(args, processes, env).run())
     w.run_sync(handle_signals=True)
     code = 130 if w.forced else 0
     if w.forced or w.stats.abandoned:
