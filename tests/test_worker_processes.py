@@ -77,11 +77,18 @@ def sup(url: str, qname: str, tmp_path: Path) -> Iterator[Supervised]:
 
 
 def alive(pid: int) -> bool:
+    """Running (a zombie, an exited child nobody has reaped yet, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    return True
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def runs(client: redis.Redis, queue: str, what: str) -> Counter[str]:
@@ -169,6 +176,28 @@ def test_a_second_signal_stops_every_child_at_once_with_130(
     assert proc.wait(HANG) == 130, sup.log.read_text()[-3000:]
     assert sup.events("forced")
     assert not any(alive(pid) for pid in sup.children())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_children_stop_gracefully_when_the_supervisor_is_killed(
+    sup: Supervised, queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    """SIGKILL to the supervisor itself: the kernel sends each child SIGTERM, so each drains
+    (the running job finishes once the test lets it) and none is left behind."""
+    proc = sup.start("--processes", "2")
+    wait_for(lambda: len(sup.events("started")) == 2, HANG, "two workers to start")
+    gated = queue.enqueue("gated", {})
+    wait_for(lambda: runs(client, qname, "start")[gated], HANG, "the gated job to start")
+    proc.kill()
+    proc.wait(HANG)
+    wait_for(lambda: sup.events("draining"), HANG, "the child that runs it to drain")
+    open_gate(client, qname, 1)
+    children = sup.children()
+    wait_for(lambda: not any(alive(pid) for pid in children), HANG, "every child to exit")
+    assert len(sup.events("stopped")) == 2 and not sup.events("forced")
+    assert queue.counts()["completed"] == 1
 
 
 @pytest.mark.timeout(60)
