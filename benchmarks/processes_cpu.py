@@ -46,10 +46,11 @@ handlers = {"spin": spin}
 
 
 def calibrate(ms: float = 1.0) -> int:
-    """Rounds of :func:`spin` that take about ``ms`` of CPU here (the fastest of a few)."""
+    """Rounds of :func:`spin` that take about ``ms`` of CPU here (the median of a few
+    tries: on a shared machine the fastest try is far from the typical one)."""
     n = 200_000
-    best = min(_timed(n) for _ in range(10))
-    return max(1, round(n * ms / 1000 / best))
+    typical = statistics.median(_timed(n) for _ in range(11))
+    return max(1, round(n * ms / 1000 / typical))
 
 
 def _timed(n: int) -> float:
