@@ -359,3 +359,20 @@ async def test_a_worker_logs_a_broken_schedule_once_and_keeps_firing_the_others(
     assert len(ran) >= 5
     named = [r for r in caplog.records if getattr(r, "emq", {}).get("event") == "repeat_broken"]
     assert [r.emq["key"] for r in named] == ["bad"]  # type: ignore[attr-defined]
+
+
+async def test_the_maintenance_task_sleeps_until_the_next_tick_not_the_next_beat(
+    aqueue: AsyncQueue,
+) -> None:
+    """What lets one worker fire each tick of a 200 ms schedule although its beat runs once
+    a second: after a round of firing, the task's sleep is the time to the next tick by the
+    server's clock (read from the reply), never a whole beat. No clock is raced here."""
+    from emq.worker.repeat_beat import SLACK_S, RepeatBeat
+
+    beat = RepeatBeat([aqueue], logging.getLogger("test"))
+    assert beat.wait_s() == 0.0  # nothing known yet: fire at once
+    await aqueue.repeat("fast", "tick", every_ms=200)
+    await beat.fire(everyone=True)
+    assert 0.0 <= beat.wait_s() <= 0.2 + SLACK_S
+    await aqueue.unrepeat("fast")
+    await aqueue.close()

@@ -127,7 +127,9 @@ def test_a_worker_alone_fires_each_tick_of_a_200_ms_schedule(
     (r,) = queue.repeats()
     assert r.fired >= 10
     print(f"\n{r.fired} ticks fired, {r.skipped} skipped (late by a period or more)")
-    assert r.skipped <= r.fired // 2  # most on time: a beat-only firer skips 4 of every 5
+    # how many were late by a whole period depends on how busy the machine is, so it is
+    # printed, not asserted; that the task sleeps until the next tick rather than a whole
+    # beat is checked without a clock race in test_repeat.py
     assert queue.unrepeat("beat")
     wait_for(lambda: sum(queue.counts()[k] for k in ("pending", "active")) == 0, HANG, "idle")
     check_lanes(client, qname)

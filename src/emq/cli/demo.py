@@ -42,6 +42,7 @@ STALLED_MS = 500
 MAX_STALLED = 2
 KILL_AT, POISON_AT, STOP_AT, CONT_AT = 1.5, 2.5, 3.5, 7.0
 TIME_LIMIT = 50.0
+CONT_GRACE_S = 20.0  # at most this long past CONT_AT, waiting for a sweep of its leases
 
 
 def resize(payload: dict[str, Any]) -> None:
@@ -64,6 +65,7 @@ class Slot:
     log: Path
     state: str = "running"
     read: int = 0
+    started: bool = False  # its log says it is up (claiming), not still importing
     lease_lost: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -107,6 +109,16 @@ class Fleet:
     def alive(self) -> list[Slot]:
         return [s for s in self.slots if s.state in ("running", "stopped", "resumed")]
 
+    def wait_started(self, limit_s: float = 60.0) -> None:
+        """Wait until every worker logged that it is up (a busy machine may take seconds
+        to import), then start the story's clock."""
+        deadline = time.monotonic() + limit_s
+        while not all(s.started for s in self.slots) and time.monotonic() < deadline:
+            for slot in self.slots:
+                self._read(slot)
+            time.sleep(0.05)
+        self.t0 = time.monotonic()
+
     def supervise(self) -> None:
         for slot in self.alive():
             if slot.proc.poll() is not None:
@@ -132,7 +144,9 @@ class Fleet:
             except ValueError:
                 continue
             event, job = rec.get("event"), rec.get("job")
-            if event == "recovered":
+            if event == "started":
+                slot.started = True
+            elif event == "recovered":
                 self.recovered.append(job)
                 self.say(f"{slot.label}'s sweep found {job}'s lease expired: back to pending")
             elif event == "stalled_dead":
@@ -191,8 +205,10 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
         fleet.say(f"enqueued {JOBS} resize jobs")
         for _ in range(WORKERS):
             fleet.spawn()
-        fleet.say(f"started {WORKERS} workers ({CONCURRENCY} jobs at a time each)")
+        fleet.wait_started()  # the story's clock starts once they are up, however busy the
+        fleet.say(f"started {WORKERS} workers ({CONCURRENCY} jobs at a time each)")  # machine
         poison_id, total, killed, frozen = "", JOBS, None, None
+        stopped_at = resumed_at = 0.0
         counts = q.counts()
         with Live(_view(fleet, counts, total), console=console, refresh_per_second=8,
                   auto_refresh=console.is_terminal) as live:  # fmt: skip
@@ -208,21 +224,27 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
                     poison_id = q.enqueue("poison", None, priority=-1)
                     total += 1
                     fleet.say(f"enqueued poison job {poison_id}: it kills any worker")
-                if frozen is None and t >= STOP_AT:
-                    frozen = next(s for s in fleet.alive() if s.state == "running")
+                up = [s for s in fleet.alive() if s.state == "running" and s.started]
+                if frozen is None and t >= STOP_AT and up:  # one that holds leases by now
+                    frozen, stopped_at = up[0], t
                     os.kill(frozen.proc.pid, signal.SIGSTOP)
                     frozen.state = "stopped"
                     fleet.say(f"SIGSTOP {frozen.label}: frozen past its {LEASE_MS} ms lease")
-                if frozen is not None and frozen.state == "stopped" and t >= CONT_AT:
+                wake_at = stopped_at + CONT_AT - STOP_AT  # frozen well past its lease
+                if (frozen is not None and frozen.state == "stopped" and t >= wake_at
+                        and (not _lapsed(q) or t >= wake_at + CONT_GRACE_S)):  # fmt: skip
+                    resumed_at = t
                     os.kill(frozen.proc.pid, signal.SIGCONT)
                     frozen.state = "resumed"
                     fleet.say(f"SIGCONT {frozen.label}: it wakes up and tries to finish")
                 fleet.supervise()
+                if frozen is not None and frozen.state == "killed":  # the poison got it
+                    frozen = None  # first: freeze another one
                 counts = q.counts()
                 live.update(_view(fleet, counts, total))
                 settled = counts["completed"] + counts["dead"] == total and poison_id
                 if (settled and frozen is not None and frozen.state == "resumed"
-                        and t >= CONT_AT + 1.0) or t > TIME_LIMIT:  # fmt: skip
+                        and t >= resumed_at + 1.0) or t > TIME_LIMIT:  # fmt: skip
                     break
                 time.sleep(0.1)
             fleet.say("SIGTERM to every worker: graceful stop")
@@ -232,6 +254,15 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
         summary = _summary(q, fleet, counts, total, poison_id, frozen)
     q.close()
     return summary
+
+
+def _lapsed(q: Queue) -> int:
+    """Leases past their deadline (server clock) that no sweep has recovered yet. The frozen
+    worker wakes only once the live ones swept its leases, so that what it meets on waking
+    (its stale lease refused) does not depend on how busy the machine is."""
+    seconds, micros = q.client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    return int(q.client.zcount(q.core.keys.active, "-inf", now_ms))
 
 
 def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_id: str,
