@@ -244,7 +244,8 @@ def run_all(args: argparse.Namespace, command: str) -> None:
     finally:
         server.stop()
     for s in systems.values():
-        _summarise(s)
+        if s["status"] == "ok":  # keep an install's failure or a skip, with its reason
+            _summarise(s)
     best = figures.best_peers(systems)
     result |= {
         "stem": stamp,
