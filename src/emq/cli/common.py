@@ -31,6 +31,7 @@ from ..server import EmbeddedServer
 from ..shell import UNREACHABLE
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -235,14 +236,19 @@ class EmqGroup(click.Group):
     instead of a traceback; long values in the line are cut (:func:`clip`)."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.ClickException as exc:
-            vars(exc)["message"] = clip(exc.message)
+        return guarded(ctx, lambda: super(EmqGroup, self).invoke(ctx))
+
+
+def guarded(ctx: click.Context, call: Callable[[], T]) -> T:
+    """Run a command: a refusal becomes ``error: <one line>`` and exit code 2."""
+    try:
+        return call()
+    except click.ClickException as exc:
+        vars(exc)["message"] = clip(exc.message)
+        raise
+    except Exception as exc:
+        message = failure_line(exc, ctx.meta.get(URL_KEY))
+        if message is None:
             raise
-        except Exception as exc:
-            message = failure_line(exc, ctx.meta.get(URL_KEY))
-            if message is None:
-                raise
-            error(message)
-            ctx.exit(2)
+        error(message)
+        ctx.exit(2)

@@ -1,43 +1,120 @@
-"""The ``emq`` command group; each command group lives in its own module."""
+"""The ``emq`` command group. Each command lives in its own module, imported only when that
+command runs: ``emq --help`` lists them from :data:`COMMANDS` without importing any of them
+(nor redis, rich or the queue), so it starts fast; ``tests/test_cli_startup.py`` checks the
+table against the commands themselves."""
 
 from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 import click
 
 from .. import __version__
-from . import (
-    archive_cmds,
-    cancel_cmd,
-    demo,
-    flow_cmd,
-    lanes_cmds,
-    queue_cmds,
-    race,
-    repeat_cmds,
-    result_cmd,
-    server_cmds,
-    worker_cmd,
-)
-from .common import EmqGroup
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "archive": (
+        "archive_cmds",
+        "Fold the event stream into the durable floor before trimming it.",
+    ),
+    "cancel": (
+        "cancel_cmd",
+        "Cancel job ID on QUEUE: a waiting or scheduled job never runs, a running one is "
+        "stopped by its worker.",
+    ),
+    "dead": (
+        "queue_cmds",
+        "Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all).",
+    ),
+    "demo": (
+        "demo",
+        "Crash, freeze and poison workers on the embedded server (or --url); lose nothing.",
+    ),
+    "drain": ("queue_cmds", "Delete every waiting job (pending and scheduled) of QUEUE."),
+    "enqueue": ("queue_cmds", "Enqueue job NAME with a JSON PAYLOAD on QUEUE."),
+    "events": ("archive_cmds", "Read a queue's event stream."),
+    "flow": (
+        "flow_cmd",
+        "Show the flow tree of job ID on QUEUE: each job's state, and its children's.",
+    ),
+    "history": (
+        "archive_cmds",
+        "Every event of JOB_ID: the floor and the live stream merged, in order (one line "
+        "each, or one JSON object per line with --json).",
+    ),
+    "job": ("queue_cmds", "Show one job's row."),
+    "jobs": (
+        "queue_cmds",
+        "List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's "
+        "order; `completed`: the kept completed jobs (keep_completed), newest first.",
+    ),
+    "lanes": ("lanes_cmds", "List QUEUE's lanes and its limits (docs/lanes.md)."),
+    "limits": (
+        "lanes_cmds",
+        "Show or change the limits of QUEUE, or of one lane with --lane (docs/lanes.md).",
+    ),
+    "pause": ("queue_cmds", "Stop claims on QUEUE, or of one --lane (checked inside the claim)."),
+    "race": (
+        "race",
+        "The race lab: emq's one-script stalled recovery against the naive round-trip loop.",
+    ),
+    "repeat": ("repeat_cmds", "QUEUE's repeating jobs and cron schedules: list, add, remove."),
+    "result": (
+        "result_cmd",
+        "Print the result of job ID on QUEUE (kept when the queue or its handler sets "
+        "result_ttl_ms), waiting up to --wait seconds for it to end.",
+    ),
+    "resume": ("queue_cmds", "Let claims on QUEUE (or of one --lane) go on."),
+    "server": ("server_cmds", "Manage the embedded Valkey server (data under ./.emq, AOF on)."),
+    "stats": (
+        "queue_cmds",
+        "Counts per location for QUEUE, or for every queue on the server, and the limits "
+        "of each queue that has any (docs/lanes.md).",
+    ),
+    "sweep": (
+        "queue_cmds",
+        "Recover expired leases on QUEUE (to pending, or dead past --max-stalled).",
+    ),
+    "worker": (
+        "worker_cmd",
+        "Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.",
+    ),
+}
+"""Every command: its module (whose ``register(group)`` adds it) and its short help."""
 
 
-@click.group(cls=EmqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def _short(name: str, text: str, width: int) -> str:
+    """``text`` cut as click cuts a command's short help for the list."""
+    return click.Command(name, short_help=text).get_short_help_str(width)
+
+
+class LazyGroup(click.Group):
+    """Loads a command's module on first use; refusals become ``error: <one line>`` (exit
+    2) as in :class:`~emq.cli.common.EmqGroup`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            import_module(f".{COMMANDS[name][0]}", __package__).register(self)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        width = formatter.width - 6 - max(len(n) for n in COMMANDS)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, _short(n, h, width)) for n, (_, h) in sorted(COMMANDS.items())])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .common import guarded
+
+        return guarded(ctx, lambda: super(LazyGroup, self).invoke(ctx))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="emq")
 def cli() -> None:
     """emq: a reliable job queue on Valkey and Redis."""
-
-
-server_cmds.register(cli)
-queue_cmds.register(cli)
-lanes_cmds.register(cli)
-result_cmd.register(cli)
-demo.register(cli)
-archive_cmds.register(cli)
-worker_cmd.register(cli)
-race.register(cli)
-cancel_cmd.register(cli)
-flow_cmd.register(cli)
-repeat_cmds.register(cli)
 
 
 def main() -> None:
