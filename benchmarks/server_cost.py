@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 from datetime import datetime
@@ -188,7 +189,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12, help="commands listed")
     p.add_argument("--aof", action="store_true", help="keep the embedded server's AOF on")
     args = p.parse_args()
-    server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="emq-server-cost-")))
+    workdir = Path(tempfile.mkdtemp(prefix="emq-server-cost-"))
+    server = EmbeddedServer(workdir)
     url = server.start()
     rounds: list[dict[str, Any]] = []
     try:
@@ -221,6 +223,7 @@ def main() -> None:
         client.close()
     finally:
         server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     lines = report(rounds, args, name)
     print("\n".join(lines))
     RESULTS.mkdir(exist_ok=True)
