@@ -50,7 +50,7 @@ DIRECT = {
     },
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
-        "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop",
+        "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
     },
 }  # fmt: skip
 SCRIPTS_OF = {
