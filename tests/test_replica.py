@@ -102,8 +102,9 @@ def test_a_replica_that_stops_acknowledging_is_not_durable(pair: Pair) -> None:
     options = QueueOptions(durability="replica", durability_timeout_ms=300)
     pid = pair.replica.status().pid
     assert pid is not None
-    with Queue.from_url(pair.primary.url(), "q", options=options) as q:
-        q.enqueue("warm")
+    with Queue.from_url(pair.primary.url(), "q", options=REPLICA) as warm:
+        warm.enqueue("warm")  # the replica is connected and acknowledging (a busy machine
+    with Queue.from_url(pair.primary.url(), "q", options=options) as q:  # may take seconds)
         os.kill(pid, signal.SIGSTOP)
         try:
             with pytest.raises(NotDurable, match="0 of the 1 replica"):
