@@ -275,3 +275,25 @@ async def test_an_out_of_memory_episode_delays_delivery_and_loses_nothing(
     check_both(admin, parents, kids)
     parents.close()
     kids.close()
+
+
+def test_unreadable_outbox_entries_are_dropped_and_never_stop_a_delivery(
+    queue: Queue, kids: Queue, client: redis.Redis
+) -> None:
+    ids = queue.enqueue_flow(JobSpec("combine"), [JobSpec("part", queue=kids.name)])
+    run_one(kids, 1)
+    box = kids.core.keys.outbox
+    client.hset(box, mapping={
+        "done:JOB0000000000A": "not json",
+        "done:JOB0000000000B": '{"q": "bad name!", "p": "JOB0000000000B"}',
+        "cancel:JOB0000000000C@x": '{"q": "x", "j": "not-an-id", "r": ""}',
+        "done:JOB0000000000D": '{"q": "x", "p": "JOB0000000000D", "c": "c", "s": "odd", '
+        '"f": "", "r": ""}',
+        "what:JOB0000000000E": '{"q": "x"}',
+        "cancel:ok@x": '{"q": "x", "j": "JOB0000000000F", "r": "' + "r" * 2000 + '"}',
+    })  # fmt: skip
+    delivered = kids.deliver_outbox()
+    assert delivered.counted == 1 and len(delivered.broken) == 6, delivered
+    assert client.hlen(box) == 0
+    assert queue.job(ids.id).state == "pending"
+    check_both(client, queue, kids)

@@ -18,10 +18,12 @@ import json
 from dataclasses import dataclass, field
 
 from .calls import Arg, Call, QueueCore
-from .cancel import Cancel, cancel_call
+from .cancel import Cancel, cancel_call, check_reason
+from .ids import check_id
 from .keys import QueueKeys
 
 BATCH = 500  # entries read and delivered per call of deliver_outbox
+ENDS = ("completed", "dead", "cancelled", "removed")  # a child's end, as flow_child_done writes it
 
 
 @dataclass(slots=True)
@@ -53,16 +55,18 @@ def plan(entries: dict[str, str]) -> Plan:
     for name, text in entries.items():
         try:
             entry = json.loads(text)
-            if name.startswith("done:"):
-                group: list[Arg] = [entry["p"], entry["c"], entry["s"], entry["f"], entry["r"]]
-                QueueKeys.of(entry["q"])
-                out.done.setdefault(entry["q"], []).extend(group)
+            queue = QueueKeys.of(entry["q"]).queue  # each value checked here, so an entry
+            if name.startswith("done:"):  # written by hand can never stop a beat later
+                if entry["s"] not in ENDS or not isinstance(entry["r"], str):
+                    raise ValueError(name)
+                group: list[Arg] = [check_id(entry["p"]), str(entry["c"]), entry["s"],
+                                    str(entry["f"]), entry["r"]]  # fmt: skip
+                out.done.setdefault(queue, []).extend(group)
             elif name.startswith("cancel:"):
-                QueueKeys.of(entry["q"])
-                out.cancels.append((entry["q"], str(entry["j"]), str(entry["r"])))
+                out.cancels.append((queue, check_id(entry["j"]), check_reason(entry["r"])))
             else:
                 raise ValueError(name)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):  # InvalidInput is a ValueError
             out.broken.append(name)
             continue
         out.fields.append(name)
