@@ -13,18 +13,9 @@ import os
 import time
 from typing import Any
 
-import redis
-
 from emq.worker import JobContext
 
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["EMQ_URL"], decode_responses=True)
-    return _client
+from .test_worker_support import _redis  # the worker process's one client
 
 
 def parent_key(queue: str) -> str:

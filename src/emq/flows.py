@@ -30,8 +30,6 @@ until the child is redriven and completes)."""
 
 MAX_FLOW_CHILDREN = 10_000  # jobs under the root, all levels: one step admits them all
 
-STATUSES = ("", "completed", "dead", "ignored", "removed", "cancelled")
-
 
 @dataclass(frozen=True, slots=True)
 class Flow:
