@@ -28,6 +28,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .config import redact_url
 from .errors import ServerError
@@ -93,6 +95,7 @@ def _pings(port: int, password: str | None) -> bool:
         protocol=2,  # AUTH then PING: a server with no password refuses AUTH, so it fails here
         socket_timeout=1,
         socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),  # one try: a refusal is the answer, not a reason to wait
     )
     try:
         return bool(client.ping())
@@ -169,6 +172,8 @@ class EmbeddedServer:
     keeps it in ``server.json`` for later starts. ``appendfsync``: ``"everysec"`` (the default:
     a power cut may lose the last second) or ``"always"`` (fsync before every reply, which
     ``QueueOptions(durability="aof")`` needs on Valkey); None keeps what the last start chose.
+    ``config``: extra configuration lines (``"cluster-enabled yes"``), sent on standard input
+    with the password, never on a command line.
     """
 
     def __init__(
@@ -178,12 +183,14 @@ class EmbeddedServer:
         port: int | None = None,
         binary: Path | str | None = None,
         appendfsync: str | None = None,
+        config: tuple[str, ...] = (),
     ) -> None:
         if appendfsync not in (None, *FSYNC_POLICIES):
             raise ServerError(
                 f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}, got {appendfsync!r}"
             )
         self.appendfsync = appendfsync
+        self.config = config  # extra configuration lines, sent on stdin (may hold secrets)
         self.data_dir = Path(data_dir).absolute()
         self.port = port
         self._binary = Path(binary) if binary else None
@@ -308,7 +315,8 @@ class EmbeddedServer:
         try:
             subprocess.run(
                 args,
-                input=f"requirepass {password}\n".encode(),
+                input="".join(f"{line}\n" for line in (f"requirepass {password}", *self.config))
+                .encode(),
                 umask=0o077,  # every file the server writes (AOF, log, pid) is 0600
                 check=True,
                 capture_output=True,

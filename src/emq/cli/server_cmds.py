@@ -10,16 +10,31 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
+from ..cluster_server import EmbeddedCluster
 from ..config import redact_url
 from ..server import EmbeddedServer
 from .common import console, emit_json, json_option
 
 
+def _home(data_dir: str | None) -> Path:
+    return Path(data_dir or os.environ.get("EMQ_HOME", ".emq"))
+
+
 def _server(data_dir: str | None) -> EmbeddedServer:
-    return EmbeddedServer(data_dir or os.environ.get("EMQ_HOME", ".emq"))
+    return EmbeddedServer(_home(data_dir))
+
+
+def _cluster(data_dir: str | None, primaries: int = 3, replicas: int = 0) -> EmbeddedCluster:
+    """The local cluster under ``<dir>/cluster``."""
+    return EmbeddedCluster(_home(data_dir) / "cluster", primaries=primaries, replicas=replicas)
+
+
+def _has_cluster(data_dir: str | None) -> bool:
+    return (_home(data_dir) / "cluster" / "cluster.json").exists()
 
 
 dir_option = click.option(
@@ -41,10 +56,48 @@ def server() -> None:
     help="everysec (a power cut may lose the last second) or always (fsync before each "
     "reply; what QueueOptions(durability='aof') needs). Kept for later starts.",
 )
+@click.option(
+    "--cluster",
+    "primaries",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="Start a local Valkey Cluster of this many primaries instead (under <dir>/cluster).",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(0, 4),
+    default=0,
+    show_default=True,
+    help="With --cluster: replicas per primary.",
+)
 @json_option
-def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
-    """Start the embedded server, or reuse the one already running (URL shown redacted)."""
-    srv = EmbeddedServer(data_dir or os.environ.get("EMQ_HOME", ".emq"), appendfsync=appendfsync)
+def start(
+    data_dir: str | None,
+    appendfsync: str | None,
+    primaries: int | None,
+    replicas: int,
+    as_json: bool,
+) -> None:
+    """Start the embedded server, or reuse the one already running (URL shown redacted).
+    With --cluster N: a local cluster of N primaries (and --replicas R each), slots assigned
+    and every node ready; its first node's URL is shown."""
+    if primaries is not None:
+        cluster = _cluster(data_dir, primaries, replicas)
+        url = redact_url(cluster.start())
+        if as_json:
+            emit_json({"url": url, "data_dir": str(cluster.data_dir), "cluster": True})
+        else:
+            console.print(
+                f"local Valkey Cluster of {primaries} primaries with {replicas} replicas each "
+                f"at {url} (data in {cluster.data_dir}); 'emq server url --cluster' prints "
+                "the URL with its password",
+                markup=False,
+                highlight=False,
+            )
+        return
+    if replicas:
+        raise click.UsageError("--replicas goes with --cluster N")
+    srv = EmbeddedServer(_home(data_dir), appendfsync=appendfsync)
     url = redact_url(srv.start())
     if as_json:
         emit_json({"url": url, "data_dir": str(srv.data_dir)})
@@ -61,8 +114,10 @@ def start(data_dir: str | None, appendfsync: str | None, as_json: bool) -> None:
 @dir_option
 @json_option
 def stop(data_dir: str | None, as_json: bool) -> None:
-    """Stop the embedded server (its AOF is flushed first)."""
+    """Stop the embedded server and the local cluster, if any (AOF flushed first)."""
     stopped = _server(data_dir).stop()
+    if _has_cluster(data_dir):
+        stopped = _cluster(data_dir).stop() or stopped
     if as_json:
         emit_json({"stopped": stopped})
     else:
@@ -71,9 +126,22 @@ def stop(data_dir: str | None, as_json: bool) -> None:
 
 @server.command()
 @dir_option
+@click.option("--cluster", is_flag=True, help="Each node of the local cluster.")
 @json_option
-def status(data_dir: str | None, as_json: bool) -> None:
-    """Say whether the embedded server is running, and where."""
+def status(data_dir: str | None, cluster: bool, as_json: bool) -> None:
+    """Say whether the embedded server (or with --cluster each node of the local cluster)
+    is running, and where; exit 1 when not (any node, for the cluster)."""
+    if cluster:
+        nodes = _cluster(data_dir).status()
+        if as_json:
+            emit_json({"nodes": [asdict(n) for n in nodes]})
+        else:
+            for n in nodes:
+                state = f"{n.role} on port {n.port}" if n.running else "stopped"
+                console.print(f"node {n.index}: {state}", markup=False, highlight=False)
+        if not nodes or not all(n.running for n in nodes):
+            sys.exit(1)
+        return
     st = _server(data_dir).status()
     if as_json:
         emit_json(asdict(st))
@@ -86,10 +154,11 @@ def status(data_dir: str | None, as_json: bool) -> None:
 
 @server.command()
 @dir_option
+@click.option("--cluster", is_flag=True, help="The local cluster's URL (its first node).")
 @json_option
-def url(data_dir: str | None, as_json: bool) -> None:
+def url(data_dir: str | None, cluster: bool, as_json: bool) -> None:
     """Print the embedded server's URL, password included (for EMQ_URL)."""
-    found = _server(data_dir).url()
+    found = _cluster(data_dir).url() if cluster else _server(data_dir).url()
     if as_json:
         emit_json({"url": found})
     else:
