@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Cancel job ID on QUEUE: a waiting or scheduled job never runs, a running one is "
         "stopped by its worker.",
     ),
+    "dashboard": (
+        "dashboard_cmd",
+        "Serve the web dashboard: queues, jobs, search, dead letters, workers, race lab.",
+    ),
     "dead": (
         "queue_cmds",
         "Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all).",

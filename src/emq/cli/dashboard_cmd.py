@@ -1,0 +1,84 @@
+"""``emq dashboard``: serve the web dashboard (docs/dashboard.md) with uvicorn.
+
+It binds to loopback unless told otherwise, and refuses any other host unless
+``EMQ_DASHBOARD_TOKEN`` is set (every page then asks for the token once). The web stack is
+the ``emq[dashboard]`` extra, imported only when this command runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .common import resolve_url, say, url_option
+
+TOKEN_ENV = "EMQ_DASHBOARD_TOKEN"
+MIN_TOKEN = 16  # characters: a shorter token is refused off loopback
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse a non-loopback ``host`` without a token of at least :data:`MIN_TOKEN`."""
+    from ..dashboard.security import is_loopback
+
+    if is_loopback(host):
+        return
+    if not token:
+        raise click.UsageError(
+            f"--host {host} is not a loopback address: set {TOKEN_ENV} (a long random secret, "
+            "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`) to serve "
+            "other hosts; every page then asks for it once"
+        )
+    if len(token) < MIN_TOKEN:
+        raise click.UsageError(f"{TOKEN_ENV} is too short: use at least {MIN_TOKEN} characters")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--read-only", is_flag=True, help="Render no action and refuse every POST action (403)."
+)
+@click.option(
+    "--floor-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of the queues' floors, <dir>/<queue>.sqlite3 (default: $EMQ_HOME/floor, "
+    "$EMQ_HOME being .emq unless set).",
+)
+@url_option
+def dashboard(
+    host: str, port: int, read_only: bool, floor_dir: Path | None, url: str | None
+) -> None:
+    """Serve the web dashboard: queues, jobs, search, dead letters, workers, race lab."""
+    try:
+        import jinja2  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs {exc.name}: pip install 'emq[dashboard]'"
+        ) from None
+    token = os.environ.get(TOKEN_ENV) or None
+    check_bind(host, token)
+    from ..dashboard.app import create_app
+
+    resolved = resolve_url(url)
+    floors = floor_dir or Path(os.environ.get("EMQ_HOME", ".emq")) / "floor"
+    app = create_app(resolved, read_only=read_only, token=token, floor_dir=str(floors))
+    shown = f"[{host}]" if ":" in host else host
+    mode = " (read-only)" if read_only else ""
+    say(f"emq dashboard on http://{shown}:{port}/{mode}; Ctrl-C stops it")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        proxy_headers=False,
+    )
+
+
+def register(group: click.Group) -> None:
+    group.add_command(dashboard)

@@ -1,0 +1,180 @@
+"""Live counts: one sampler per app, and ``GET /events`` (server-sent events).
+
+The sampler reads the counts (and paused flag) of the queues that any open ``/events``
+connection watches once per :data:`INTERVAL_S`, for all of them together; connections only
+wait for the next reading, so N open pages cost the server what one does. Every
+:data:`HISTORY_EVERY` ticks it also reads every queue and keeps the lifetime counters
+(completed, failed) for :data:`HISTORY_S`, from which the overview draws throughput and
+failure rate. An event is sent to a connection only when its queues' counts changed; a closed
+connection ends its generator (and its subscription) at once.
+
+Each event is ``event: counts`` with ``data: {"<queue>": {"pending": N, ..., "paused": 0|1}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+if TYPE_CHECKING:
+    from .web import Dash
+
+log = logging.getLogger("emq.dashboard")
+
+INTERVAL_S = 1.0
+HISTORY_EVERY = 5  # ticks between readings of every queue for the charts
+HISTORY_S = 600  # the charts' window
+NAMES_EVERY = 10  # ticks between re-reading the queue names
+KEEPALIVE_S = 15.0
+SHOWN = ("pending", "active", "schedule", "waiting", "dead", "completed")
+ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ms: int
+    completed: int
+    failed: int
+
+
+class Live:
+    """The app's sampler and its subscribers (module doc)."""
+
+    def __init__(self, dash: Dash) -> None:
+        self.dash = dash
+        self.counts: dict[str, dict[str, int]] = {}
+        self.version = 0
+        self.names: list[str] = []
+        self.history: dict[str, deque[Sample]] = {}
+        self._watched: Counter[str] = Counter()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tick = 0
+        self.closed = False
+
+    def start(self) -> None:
+        """Start the sampler once (from the serving loop); later calls do nothing."""
+        if self._task is None and not self.closed:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self.closed = True
+        self._changed.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while not self.closed:
+            try:
+                await self.sample()
+            except Exception as exc:  # a server hiccup must not end the live page
+                log.warning("dashboard sampler: %s", exc)
+            await asyncio.sleep(INTERVAL_S)
+
+    async def sample(self) -> None:
+        """One tick: read the watched queues (every queue when it is time for the charts)."""
+        tick, self._tick = self._tick, self._tick + 1
+        if tick % NAMES_EVERY == 0 or not self.names:
+            self.names = await self.dash.queue_names()
+        charts = tick % HISTORY_EVERY == 0
+        if charts or ALL in self._watched:
+            wanted = set(self.names) | set(self._watched)
+        else:
+            wanted = set(self._watched)
+        wanted.discard(ALL)
+        if not wanted:
+            return
+        names = sorted(wanted)
+        readings = await asyncio.gather(*(self._read(n) for n in names))
+        now = int(time.time() * 1000)
+        for name, counts in zip(names, readings, strict=True):
+            self.counts[name] = counts
+            if charts:
+                h = self.history.setdefault(name, deque(maxlen=HISTORY_S // HISTORY_EVERY + 1))
+                h.append(Sample(now, counts["completed"], counts["failed"]))
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _read(self, name: str) -> dict[str, int]:
+        q = self.dash.queue(name)
+        counts, paused = await asyncio.gather(q.counts(), q.is_paused())
+        return {**counts, "paused": int(paused)}
+
+    async def stream(self, queues: list[str]) -> AsyncIterator[str]:
+        """The SSE text of one connection watching ``queues`` (empty: every queue)."""
+        watch = queues or [ALL]
+        self._watched.update(watch)
+        self.start()
+        sent: dict[str, dict[str, int]] | None = None
+        try:
+            yield "retry: 2000\n\n"
+            while not self.closed:
+                changed = self._changed
+                if sent is None and self.version == 0:
+                    await self.sample()  # the first connection: read now, not in a second
+                shown = {
+                    n: {k: c[k] for k in (*SHOWN, "paused")}
+                    for n, c in self.counts.items()
+                    if (not queues or n in queues) and (queues or n in self.names)
+                }
+                if shown != sent:
+                    sent = shown
+                    yield f"event: counts\ndata: {json.dumps(shown, sort_keys=True)}\n\n"
+                try:
+                    await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+        finally:
+            self._watched.subtract(watch)
+            self._watched += Counter()  # drop the names no connection watches any more
+
+    def rates(self, name: str) -> tuple[list[float], list[float]]:
+        """Throughput (completed per second) and failure rate (failed / (completed +
+        failed), 0..1) per sampling interval over the window, oldest first."""
+        h = list(self.history.get(name, ()))
+        through: list[float] = []
+        failing: list[float] = []
+        for a, b in itertools.pairwise(h):
+            dt = max(1, b.ms - a.ms) / 1000
+            done, failed = max(0, b.completed - a.completed), max(0, b.failed - a.failed)
+            through.append(done / dt)
+            failing.append(failed / (done + failed) if done + failed else 0.0)
+        return through, failing
+
+
+def spark(values: list[float], width: int = 120, height: int = 28, top: float | None = None) -> str:
+    """The ``points`` of an SVG polyline drawing ``values`` in a ``width`` x ``height`` box
+    (numbers only, so it is safe in an attribute)."""
+    if not values:
+        return ""
+    most = top if top is not None else max(max(values), 1e-9)
+    step = width / max(1, len(values) - 1)
+    return " ".join(
+        f"{i * step:.1f},{height - 1 - (height - 2) * min(v, most) / most:.1f}"
+        for i, v in enumerate(values)
+    )
+
+
+async def events(request: Request) -> StreamingResponse:
+    """``GET /events?queue=A&queue=B``: counts of those queues (all without ``queue``)."""
+    live: Live = request.app.state.live
+    queues = [q for q in request.query_params.getlist("queue") if q]
+    for name in queues:
+        request.app.state.dash.queue(name)  # 404 for a bad name
+    headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+    return StreamingResponse(live.stream(queues), media_type="text/event-stream", headers=headers)

@@ -1,0 +1,147 @@
+"""Who may see the dashboard and who may act through it.
+
+Guarantees, each checked before any page or action runs (:class:`Guard`, an ASGI middleware):
+
+- **Loopback by default.** Without a token the app answers only clients on a loopback address
+  whose ``Host`` header names a loopback host (``127.0.0.1``, ``::1``, ``localhost``), so a web
+  page elsewhere cannot reach it by DNS rebinding. ``emq dashboard`` refuses to bind anywhere
+  else unless ``EMQ_DASHBOARD_TOKEN`` is set.
+- **A token off loopback.** With a token every path except ``/login``, ``/healthz`` and
+  ``/static`` needs the session cookie (HttpOnly, SameSite=Strict) that ``POST /login`` sets
+  once the token matches, or ``Authorization: Bearer <token>`` (for a Prometheus scraper).
+  Pages redirect to ``/login``; other requests get 401. Tokens are compared in constant time,
+  and the cookie holds a keyed hash of the token, never the token itself; no response ever
+  contains the token.
+- **CSRF.** Every POST must carry the form field ``csrf`` equal to the per-session
+  ``emq_csrf`` cookie (SameSite=Strict, so another site's form never sends it), and its
+  ``Origin`` (or, failing that, ``Referer``) must be this app's own origin when present.
+  :func:`check_csrf` does the field check (the endpoint reads the form); the middleware does
+  the origin check.
+- **Read-only.** With ``read_only`` every POST except ``/login`` is refused with 403, whatever
+  route it names, and pages render no action.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Mapping
+from urllib.parse import quote, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+AUTH_COOKIE = "emq_auth"
+CSRF_COOKIE = "emq_csrf"
+CSRF_FIELD = "csrf"
+OPEN_PATHS = ("/login", "/healthz", "/static/")
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or name (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host_header: str) -> str:
+    """The host part of a ``Host`` header (``[::1]:8080`` -> ``::1``)."""
+    return urlsplit("//" + host_header).hostname or ""
+
+
+def session_value(token: str) -> str:
+    """What the auth cookie holds: a keyed hash of the token (the token never leaves)."""
+    return hmac.new(token.encode(), b"emq-dashboard-session-v1", hashlib.sha256).hexdigest()
+
+
+def token_matches(given: str, token: str) -> bool:
+    """Constant-time comparison of a submitted token with the configured one."""
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def new_csrf() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def check_csrf(request: Request, form: Mapping[str, str]) -> bool:
+    """True if the form's ``csrf`` field equals the session's CSRF cookie (both present)."""
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    field = form.get(CSRF_FIELD, "")
+    return bool(cookie) and hmac.compare_digest(cookie.encode(), field.encode())
+
+
+def _same_origin(request: Request) -> bool:
+    """The POST's ``Origin`` (or ``Referer``) names this app's scheme, host and port; a
+    request with neither (not sent by a browser) passes this check and still needs the
+    CSRF field."""
+    claimed = request.headers.get("origin") or request.headers.get("referer")
+    if not claimed or claimed == "null":
+        return not claimed
+    here = urlsplit(str(request.base_url))
+    there = urlsplit(claimed)
+    return (there.scheme, there.netloc) == (here.scheme, here.netloc)
+
+
+def _authenticated(request: Request, token: str) -> bool:
+    cookie = request.cookies.get(AUTH_COOKIE, "")
+    if cookie and hmac.compare_digest(cookie.encode(), session_value(token).encode()):
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and bool(given) and token_matches(given.strip(), token)
+
+
+def refusal(request: Request, *, token: str | None, read_only: bool) -> Response | None:
+    """The response that refuses ``request``, or None if it may go on (module doc)."""
+    path = request.url.path
+    if token is None:
+        client = request.client.host if request.client else ""
+        host = host_name(request.headers.get("host", ""))
+        if not (is_loopback(client) and is_loopback(host)):
+            return PlainTextResponse(
+                "this dashboard answers loopback only; set EMQ_DASHBOARD_TOKEN to serve "
+                "other hosts",
+                status_code=403,
+            )
+    elif not path.startswith(OPEN_PATHS) and not _authenticated(request, token):
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            target = quote(path + ("?" + request.url.query if request.url.query else ""))
+            return RedirectResponse(f"/login?next={target}", status_code=303)
+        return PlainTextResponse("log in first: /login", status_code=401)
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if read_only and path != "/login":
+            return PlainTextResponse("this dashboard is read-only", status_code=403)
+        if not _same_origin(request):
+            return PlainTextResponse("cross-origin request refused", status_code=403)
+    return None
+
+
+class Guard:
+    """ASGI middleware applying :func:`refusal` to every HTTP request."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, read_only: bool) -> None:
+        self.app = app
+        self.token = token
+        self.read_only = read_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = refusal(Request(scope), token=self.token, read_only=self.read_only)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def safe_next(target: str | None) -> str:
+    """A post-login redirect target limited to this app's own paths."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target

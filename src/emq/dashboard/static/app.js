@@ -1,0 +1,78 @@
+// emq dashboard: live counts over server-sent events, and the confirmation dialog.
+// No framework, no build step; the pages work without it (actions post directly).
+(function () {
+  "use strict";
+
+  // --- live counts: <body data-live="*"> (every queue) or "NAME" (one queue) ---
+  function startLive() {
+    var live = document.body.getAttribute("data-live");
+    if (!live || !window.EventSource) return;
+    var url = live === "*" ? "/events" : "/events?queue=" + encodeURIComponent(live);
+    var source = new EventSource(url);
+    source.addEventListener("counts", function (ev) {
+      var data;
+      try { data = JSON.parse(ev.data); } catch (e) { return; }
+      Object.keys(data).forEach(function (name) {
+        var rows = document.querySelectorAll("tr[data-queue]");
+        for (var i = 0; i < rows.length; i++) {
+          if (rows[i].getAttribute("data-queue") === name) update(rows[i], data[name]);
+        }
+      });
+    });
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  function update(row, counts) {
+    Object.keys(counts).forEach(function (loc) {
+      if (loc === "paused") return;
+      var cell = row.querySelector('[data-count="' + loc + '"]');
+      var text = String(counts[loc]);
+      if (cell && cell.textContent !== text) {
+        cell.textContent = text;
+        cell.classList.remove("changed");
+        void cell.offsetWidth; // restart the highlight
+        cell.classList.add("changed");
+      }
+    });
+    if ("paused" in counts) {
+      row.setAttribute("data-paused", counts.paused ? "1" : "0");
+      var state = row.querySelector("[data-state]");
+      if (state) state.textContent = counts.paused ? "paused" : "running";
+    }
+  }
+
+  // --- confirmation: a form with data-ask opens <dialog id="confirm"> first ---
+  function startConfirm() {
+    var dialog = document.getElementById("confirm");
+    if (!dialog || typeof dialog.showModal !== "function") return;
+    var pending = null;
+    var opener = null;
+    document.addEventListener("submit", function (ev) {
+      var form = ev.target;
+      if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-ask")) return;
+      ev.preventDefault();
+      pending = form;
+      opener = document.activeElement;
+      document.getElementById("confirm-text").textContent = form.getAttribute("data-ask");
+      dialog.showModal();
+    });
+    dialog.querySelector("[data-confirm]").addEventListener("click", function () {
+      var form = pending;
+      pending = null;
+      dialog.close();
+      if (form) HTMLFormElement.prototype.submit.call(form);
+    });
+    dialog.querySelector("[data-cancel]").addEventListener("click", function () {
+      dialog.close();
+    });
+    dialog.addEventListener("close", function () {
+      pending = null;
+      if (opener && opener.focus) opener.focus();
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    startLive();
+    startConfirm();
+  });
+})();
