@@ -89,7 +89,7 @@ class Live:
         """One tick: read the watched queues (every queue when it is time for the charts)."""
         tick, self._tick = self._tick, self._tick + 1
         if tick % NAMES_EVERY == 0 or not self.names:
-            self.names = await self.dash.queue_names()
+            self.note_names(await self.dash.queue_names(), replace=True)
         charts = tick % HISTORY_EVERY == 0
         if charts or ALL in self._watched:
             wanted = set(self.names) | set(self._watched)
@@ -109,6 +109,11 @@ class Live:
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def note_names(self, names: list[str], *, replace: bool = False) -> None:
+        """Queue names a page has just read (so its rows update live at once), or the
+        sampler's own reading of every name (``replace``)."""
+        self.names = sorted(set(names) if replace else set(self.names) | set(names))
 
     async def _read(self, name: str) -> dict[str, int]:
         q = self.dash.queue(name)

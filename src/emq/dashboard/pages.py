@@ -70,6 +70,7 @@ async def overview(request: Request) -> Response:
     request.app.state.live.start()
     d = dash(request)
     names, now_ms = await asyncio.gather(d.queue_names(), _server_ms(request))
+    request.app.state.live.note_names(names)
     queues = await asyncio.gather(*(_queue_summary(request, n, now_ms) for n in names))
     return render(request, "overview.html", {"queues": queues, "shown": SHOWN})
 
