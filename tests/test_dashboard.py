@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ import uvicorn
 from click.testing import CliRunner
 
 from emq import Queue
+from emq.archive.archiver import Archive
 from emq.cli.main import cli
 from emq.dashboard import security
 from emq.dashboard.app import create_app
@@ -106,6 +108,25 @@ def test_pages_render_with_the_contract_markup(url: str, queue: Queue, qname: st
         assert c.get("/queues/bad%20name").status_code == 404
         assert c.get("/healthz").text == "ok\n"
         assert c.get("/static/app.js").status_code == 200
+
+
+def test_job_timeline_joins_the_floor_and_the_live_tail(
+    url: str, queue: Queue, qname: str, tmp_path: Path
+) -> None:
+    dead = make_dead(queue, {"n": 1}, "first failure")
+    archive = Archive(queue, tmp_path / f"{qname}.sqlite3")
+    archive.catch_up()
+    archive.close()
+    assert "enqueued" not in [e.event for e in queue.events()]  # trimmed: only in the floor
+    assert queue.redrive(dead)
+    with serve(url, floor_dir=str(tmp_path)) as c:
+        page = c.get(f"/queues/{qname}/jobs/{dead}").text
+        shown = [line.split('"')[1] for line in page.split("<li data-event=")[1:]]
+        assert shown == ["enqueued", "claimed", "dead", "redriven"]
+    with serve(url) as c:  # no floor here: the live tail, and why
+        page = c.get(f"/queues/{qname}/jobs/{dead}").text
+        assert '<li data-event="redriven">' in page and "Live events only" in page
+        assert '<li data-event="enqueued">' not in page
 
 
 def test_paging_links(url: str, queue: Queue, qname: str) -> None:
