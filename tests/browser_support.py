@@ -183,11 +183,18 @@ def artifacts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def screenshot(page: Any, name: str, artifacts: Path) -> Path:
-    """Save the viewport as ``dashboard-<name>.png`` among the artefacts, and in docs/img
-    when ``EMQ_UPDATE_SCREENSHOTS=1``."""
+def screenshot(page: Any, name: str, artifacts: Path, *, full: bool = False) -> Path:
+    """Save the viewport (``full``: the whole page, up to twice the viewport's height) as
+    ``dashboard-<name>.png`` among the artefacts, and in docs/img when
+    ``EMQ_UPDATE_SCREENSHOTS=1``."""
     out = artifacts / f"dashboard-{name}.png"
-    page.screenshot(path=str(out), full_page=False)
+    if full:
+        size = page.viewport_size
+        height = min(page.evaluate("document.documentElement.scrollHeight"), 2 * size["height"])
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": height}
+        page.screenshot(path=str(out), full_page=True, clip=clip)
+    else:
+        page.screenshot(path=str(out))
     if os.environ.get("EMQ_UPDATE_SCREENSHOTS") == "1":
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         (DOCS_IMG / out.name).write_bytes(out.read_bytes())
