@@ -235,7 +235,7 @@ def test_token_guards_every_page(url: str, queue: Queue, qname: str) -> None:
 
 
 def test_security_helpers() -> None:
-    for host in ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost", "LOCALHOST"]:
+    for host in ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"]:
         assert security.is_loopback(host), host
     for host in ["0.0.0.0", "192.168.1.2", "example.com", "", "::", "localhost.evil.example"]:
         assert not security.is_loopback(host), host

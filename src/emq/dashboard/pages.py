@@ -26,6 +26,7 @@ from .web import action_form, dash, done, render
 
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
+MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
 OLDEST_SCAN = 50  # pending ids looked at for the oldest waiting job (the first in order)
 QUEUE_ACTIONS = ("pause", "resume", "drain")
 # the actions each state allows on the job page (emq.states.TRANSITIONS)
@@ -77,7 +78,7 @@ async def overview(request: Request) -> Response:
 
 def _page_number(text: str | None) -> int:
     try:
-        return max(1, min(int(text or 1), 100_000))
+        return max(1, min(int(text or 1), MAX_PAGE))
     except ValueError:
         return 1
 
