@@ -456,6 +456,15 @@ def tab_through(page: Any, limit: int = 120) -> list[dict[str, Any]]:
     return seen
 
 
+def tab_to(page: Any, action: str, limit: int = 120) -> None:
+    """Press Tab until the button of ``action`` has the focus (at most ``limit`` times)."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement?.dataset?.action") == action:
+            return
+    raise AssertionError(f"Tab never reached button[data-action={action}]")
+
+
 def test_the_main_actions_are_reachable_with_tab_and_have_accessible_names(
     page: Any, queue: Queue
 ) -> None:
@@ -468,6 +477,26 @@ def test_the_main_actions_are_reachable_with_tab_and_have_accessible_names(
     assert all(f["name"] for f in reached), [f for f in reached if not f["name"]]
     names = {f["name"] for f in reached if f["tag"] == "A"}
     assert {"Overview", "Search", "Workers", "Race lab"} <= names, names
+
+    # by keyboard alone: Escape backs out of a drain; pause goes through its confirmation
+    tab_to(page, "drain")
+    page.keyboard.press("Enter")
+    if page.locator("dialog#confirm[open]").count():
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog#confirm[open]")).to_have_count(0)
+        assert queue.counts()["pending"] == 1
+    page.goto(f"/queues/{queue.name}")
+    tab_to(page, "pause")
+    page.keyboard.press("Enter")
+    if page.locator("dialog#confirm[open]").count():
+        confirm = page.locator("dialog#confirm button[data-confirm]")
+        for _ in range(5):  # bounded: the dialog holds two or three controls
+            if confirm.evaluate("el => el === document.activeElement"):
+                break
+            page.keyboard.press("Tab")
+        page.keyboard.press("Enter")
+    expect(page.locator('button[data-action="resume"]')).to_be_visible()
+    assert queue.is_paused()
 
     page.goto(f"/queues/{queue.name}/jobs/{dead}")
     reached = tab_through(page)
@@ -482,16 +511,20 @@ def test_the_main_actions_are_reachable_with_tab_and_have_accessible_names(
     assert unlabelled == []
 
 
-def test_a_phone_width_needs_no_horizontal_scroll_on_the_overview(
+def test_a_phone_width_needs_no_horizontal_scroll(
     browser: Any, board: Dashboard, queue: Queue
 ) -> None:
-    make_dead(queue, [("x", None)] * 3, "boom")
+    (dead, *_) = make_dead(queue, [("x", {"to": "a" * 300})] * 3, "SMTP 550 mailbox gone " * 8)
     queue.enqueue_many([("x", i) for i in range(12)])
     with opened(browser, board, PHONE) as page:
         page.goto("/")
         expect(page.locator(f'tr[data-queue="{queue.name}"]')).to_have_count(1)
-        width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-        assert width[0] <= width[1], width
+        for path in ("/", f"/queues/{queue.name}", f"/queues/{queue.name}/jobs/{dead}",
+                     f"/queues/{queue.name}/dead", "/search", "/workers", "/race"):  # fmt: skip
+            resp = page.goto(path)
+            assert resp is not None and resp.status == 200, path
+            width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], (path, width)
 
 
 # --- screenshots of every page, on a server of their own with realistic data -----------------
