@@ -23,6 +23,8 @@ from emq.archive.archiver import Archive
 from emq.cli.main import cli
 from emq.dashboard import security
 from emq.dashboard.app import create_app
+from emq.dashboard.live import read_counts
+from emq.dashboard.web import Dash
 from emq.server import free_port
 
 HTML = {"accept": "text/html"}
@@ -273,7 +275,28 @@ def test_hostile_payload_and_error_render_as_text(url: str, queue: Queue, qname:
         assert "<" not in page[start + len('<pre id="payload">') : page.index("</pre>", start)]
 
 
-def read_counts(lines: Iterator[str]) -> dict[str, Any]:
+async def test_the_sampler_reads_what_counts_reads(url: str, queue: Queue, qname: str) -> None:
+    other = Queue.from_url(url, qname + "-lanes")
+    try:
+        make_dead(queue)
+        queue.enqueue("work", None, delay_ms=600_000)
+        queue.pause()
+        other.enqueue_many([("work", i) for i in range(3)])
+        other.enqueue("work", None, lane="tenant-1")
+        d = Dash(url)
+        try:
+            got = await read_counts(d, [qname, other.name])
+        finally:
+            await d.close()
+        assert got[qname] == {**queue.counts(), "paused": 1}
+        assert got[other.name] == {**other.counts(), "paused": 0}
+        assert got[other.name]["pending"] == 4
+    finally:
+        other.obliterate(force=True)
+        other.close()
+
+
+def sse_counts(lines: Iterator[str]) -> dict[str, Any]:
     """The data of the next ``counts`` event of an SSE line stream."""
     event = None
     for line in lines:
@@ -292,13 +315,13 @@ def test_events_push_counts_of_the_watched_queue(url: str, queue: Queue, qname: 
         with c.stream("GET", "/events", params={"queue": qname}) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
-            first = read_counts(lines)
+            first = sse_counts(lines)
             assert first[qname]["pending"] == 1 and first[qname]["paused"] == 0
             queue.enqueue("work", None)
             queue.pause()
             deadline = time.monotonic() + BOUND_S
             while True:  # each event is a change; the sampler reads once per second
-                counts = read_counts(lines)[qname]
+                counts = sse_counts(lines)[qname]
                 if counts["pending"] == 2 and counts["paused"] == 1:
                     break
                 assert time.monotonic() < deadline

@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from ..calls import COUNT_FIELDS, decode_counts
+from ..states import Location
+
 if TYPE_CHECKING:
     from .web import Dash
 
@@ -39,6 +42,7 @@ NAMES_EVERY = 10  # ticks between re-reading the queue names
 KEEPALIVE_S = 15.0
 SHOWN = ("pending", "active", "schedule", "waiting", "dead", "completed")
 ALL = "*"
+CHUNK = 100  # queues per round trip of the sampler
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +102,9 @@ class Live:
         wanted.discard(ALL)
         if not wanted:
             return
-        names = sorted(wanted)
-        readings = await asyncio.gather(*(self._read(n) for n in names))
+        readings = await read_counts(self.dash, sorted(wanted))
         now = int(time.time() * 1000)
-        for name, counts in zip(names, readings, strict=True):
+        for name, counts in readings.items():
             self.counts[name] = counts
             if charts:
                 h = self.history.setdefault(name, deque(maxlen=HISTORY_S // HISTORY_EVERY + 1))
@@ -114,11 +117,6 @@ class Live:
         """Queue names a page has just read (so its rows update live at once), or the
         sampler's own reading of every name (``replace``)."""
         self.names = sorted(set(names) if replace else set(self.names) | set(names))
-
-    async def _read(self, name: str) -> dict[str, int]:
-        q = self.dash.queue(name)
-        counts, paused = await asyncio.gather(q.counts(), q.is_paused())
-        return {**counts, "paused": int(paused)}
 
     async def stream(self, queues: list[str]) -> AsyncIterator[str]:
         """The SSE text of one connection watching ``queues`` (empty: every queue)."""
@@ -160,6 +158,32 @@ class Live:
             through.append(done / dt)
             failing.append(failed / (done + failed) if done + failed else 0.0)
         return through, failing
+
+
+async def read_counts(dash: Dash, names: list[str]) -> dict[str, dict[str, int]]:
+    """``counts()`` plus ``paused`` (0 or 1) of each queue, :data:`CHUNK` queues per round
+    trip, each chunk read at one instant (one MULTI); a queue in lane mode then reads its
+    lanes for ``pending``, as ``counts()`` does."""
+    out: dict[str, dict[str, int]] = {}
+    for start in range(0, len(names), CHUNK):
+        chunk = names[start : start + CHUNK]
+        async with dash.client.pipeline(transaction=True) as p:
+            for name in chunk:
+                k = dash.queue(name).core.keys
+                for loc in Location:
+                    p.zcard(k.location(loc.value))
+                p.hmget(k.metrics, list(COUNT_FIELDS))
+                p.hmget(k.meta, ["lanes", "paused"])
+                p.hlen(k.outbox)
+            replies = await p.execute()
+        width = len(Location) + 3
+        for i, name in enumerate(chunk):
+            *sizes, metrics, (lanes, paused), outbox = replies[i * width : (i + 1) * width]
+            counts = decode_counts(sizes, metrics, outbox)
+            if lanes == "1":
+                counts = await dash.queue(name).counts()
+            out[name] = {**counts, "paused": int(paused == "1")}
+    return out
 
 
 def spark(values: list[float], width: int = 120, height: int = 28, top: float | None = None) -> str:

@@ -21,7 +21,7 @@ from ..events import Event
 from ..ids import check_id, minted_at_ms
 from ..lanes import DEFAULT_LANE
 from ..records import Job
-from .live import SHOWN, Live, spark
+from .live import SHOWN, Live, read_counts, spark
 from .web import action_form, dash, done, render
 
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
@@ -50,15 +50,16 @@ async def _oldest_waiting_ms(q: AsyncQueue) -> int | None:
     return min((minted_at_ms(i) for i in ids), default=None)
 
 
-async def _queue_summary(request: Request, name: str, now_ms: int) -> dict[str, Any]:
-    q = dash(request).queue(name)
-    counts, paused, oldest = await asyncio.gather(q.counts(), q.is_paused(), _oldest_waiting_ms(q))
+async def _queue_summary(
+    request: Request, name: str, counts: dict[str, int], now_ms: int
+) -> dict[str, Any]:
+    oldest = await _oldest_waiting_ms(dash(request).queue(name))
     live: Live = request.app.state.live
     through, failing = live.rates(name)
     return {
         "name": name,
         "counts": counts,
-        "paused": paused,
+        "paused": bool(counts["paused"]),
         "oldest_ms": None if oldest is None else max(0, now_ms - oldest),
         "through": through[-1] if through else None,
         "failing": failing[-1] if failing else None,
@@ -72,7 +73,8 @@ async def overview(request: Request) -> Response:
     d = dash(request)
     names, now_ms = await asyncio.gather(d.queue_names(), _server_ms(request))
     request.app.state.live.note_names(names)
-    queues = await asyncio.gather(*(_queue_summary(request, n, now_ms) for n in names))
+    counts = await read_counts(d, names)
+    queues = await asyncio.gather(*(_queue_summary(request, n, counts[n], now_ms) for n in names))
     return render(request, "overview.html", {"queues": queues, "shown": SHOWN})
 
 
