@@ -25,6 +25,7 @@ from emq.dashboard import security
 from emq.dashboard.app import create_app
 from emq.dashboard.live import read_counts
 from emq.dashboard.web import Dash
+from emq.ids import minted_at_ms
 from emq.server import free_port
 
 HTML = {"accept": "text/html"}
@@ -291,6 +292,14 @@ async def test_the_sampler_reads_what_counts_reads(url: str, queue: Queue, qname
         assert got[qname] == {**queue.counts(), "paused": 1}
         assert got[other.name] == {**other.counts(), "paused": 0}
         assert got[other.name]["pending"] == 4
+        d = Dash(url)
+        try:
+            got = await read_counts(d, [qname, other.name], oldest=True)
+        finally:
+            await d.close()
+        assert got[qname]["oldest_ms"] == 0  # nothing pending
+        first = other.jobs("pending", 0, 10)
+        assert got[other.name]["oldest_ms"] == min(minted_at_ms(j.id) for j in first)
     finally:
         other.obliterate(force=True)
         other.close()

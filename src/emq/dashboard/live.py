@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from ..calls import COUNT_FIELDS, decode_counts
+from ..ids import minted_at_ms
 from ..states import Location
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ KEEPALIVE_S = 15.0
 SHOWN = ("pending", "active", "schedule", "waiting", "dead", "completed")
 ALL = "*"
 CHUNK = 100  # queues per round trip of the sampler
+OLDEST_SCAN = 50  # pending ids looked at for the oldest waiting job (the first in order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +162,16 @@ class Live:
         return through, failing
 
 
-async def read_counts(dash: Dash, names: list[str]) -> dict[str, dict[str, int]]:
+async def read_counts(
+    dash: Dash, names: list[str], *, oldest: bool = False
+) -> dict[str, dict[str, int]]:
     """``counts()`` plus ``paused`` (0 or 1) of each queue, :data:`CHUNK` queues per round
     trip, each chunk read at one instant (one MULTI); a queue in lane mode then reads its
-    lanes for ``pending``, as ``counts()`` does."""
+    lanes for ``pending``, as ``counts()`` does. With ``oldest``, ``oldest_ms`` is when the
+    oldest of the first :data:`OLDEST_SCAN` waiting jobs in claim order was minted (0: none
+    waits)."""
     out: dict[str, dict[str, int]] = {}
+    width = len(Location) + 3 + int(oldest)
     for start in range(0, len(names), CHUNK):
         chunk = names[start : start + CHUNK]
         async with dash.client.pipeline(transaction=True) as p:
@@ -175,14 +182,21 @@ async def read_counts(dash: Dash, names: list[str]) -> dict[str, dict[str, int]]
                 p.hmget(k.metrics, list(COUNT_FIELDS))
                 p.hmget(k.meta, ["lanes", "paused"])
                 p.hlen(k.outbox)
+                if oldest:
+                    p.zrange(k.pending, 0, OLDEST_SCAN - 1)
             replies = await p.execute()
-        width = len(Location) + 3
         for i, name in enumerate(chunk):
-            *sizes, metrics, (lanes, paused), outbox = replies[i * width : (i + 1) * width]
+            part = replies[i * width : (i + 1) * width]
+            sizes = part[: len(Location)]
+            metrics, (lanes, paused), outbox, *ids = part[len(Location) :]
             counts = decode_counts(sizes, metrics, outbox)
             if lanes == "1":
-                counts = await dash.queue(name).counts()
+                q = dash.queue(name)
+                counts = await q.counts()
+                ids = [await q._pending_ids(0, OLDEST_SCAN, None)] if oldest else []
             out[name] = {**counts, "paused": int(paused == "1")}
+            if oldest:
+                out[name]["oldest_ms"] = min(map(minted_at_ms, ids[0]), default=0)
     return out
 
 

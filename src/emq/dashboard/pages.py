@@ -18,7 +18,7 @@ from starlette.routing import Route
 from ..async_queue import AsyncQueue
 from ..errors import EmqError, InvalidInput
 from ..events import Event
-from ..ids import check_id, minted_at_ms
+from ..ids import check_id
 from ..lanes import DEFAULT_LANE
 from ..records import Job
 from .live import SHOWN, Live, read_counts, spark
@@ -27,7 +27,6 @@ from .web import action_form, dash, done, render
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
 MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
-OLDEST_SCAN = 50  # pending ids looked at for the oldest waiting job (the first in order)
 QUEUE_ACTIONS = ("pause", "resume", "drain")
 # the actions each state allows on the job page (emq.states.TRANSITIONS)
 JOB_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -44,23 +43,15 @@ async def _server_ms(request: Request) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def _oldest_waiting_ms(q: AsyncQueue) -> int | None:
-    """When the oldest of the first pending jobs (in claim order) was minted, or None."""
-    ids = await q._pending_ids(0, OLDEST_SCAN, None)
-    return min((minted_at_ms(i) for i in ids), default=None)
-
-
-async def _queue_summary(
-    request: Request, name: str, counts: dict[str, int], now_ms: int
-) -> dict[str, Any]:
-    oldest = await _oldest_waiting_ms(dash(request).queue(name))
+def _queue_summary(request: Request, name: str, counts: dict[str, int], now_ms: int) -> Any:
     live: Live = request.app.state.live
     through, failing = live.rates(name)
+    oldest = counts["oldest_ms"]
     return {
         "name": name,
         "counts": counts,
         "paused": bool(counts["paused"]),
-        "oldest_ms": None if oldest is None else max(0, now_ms - oldest),
+        "oldest_ms": max(0, now_ms - oldest) if oldest else None,
         "through": through[-1] if through else None,
         "failing": failing[-1] if failing else None,
         "through_points": spark(through),
@@ -73,8 +64,8 @@ async def overview(request: Request) -> Response:
     d = dash(request)
     names, now_ms = await asyncio.gather(d.queue_names(), _server_ms(request))
     request.app.state.live.note_names(names)
-    counts = await read_counts(d, names)
-    queues = await asyncio.gather(*(_queue_summary(request, n, counts[n], now_ms) for n in names))
+    counts = await read_counts(d, names, oldest=True)
+    queues = [_queue_summary(request, n, counts[n], now_ms) for n in names]
     return render(request, "overview.html", {"queues": queues, "shown": SHOWN})
 
 
