@@ -49,6 +49,9 @@ class AsyncControl:
     async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:  # provided by AsyncQueue
         raise NotImplementedError
 
+    async def _announce(self, names: Iterable[str]) -> None:  # provided by AsyncQueue
+        raise NotImplementedError
+
     # -- flows (emq.flows) -----------------------------------------------------------------
 
     async def enqueue_flow(
@@ -86,6 +89,7 @@ class AsyncControl:
             node.group[0] = minted
         for call in flows.flow_steps(self.core, nodes):
             await self._resend(functools.partial(self._run, call))
+        await self._announce(n.queue for n in nodes)
         return flows.flow_ids(nodes)
 
     async def deliver_outbox(self, limit: int = outbox.BATCH) -> outbox.Delivered:

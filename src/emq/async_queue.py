@@ -28,6 +28,7 @@ from .config import (
     check_url,
 )
 from .errors import CancelRequested, EmqError, InvalidOption
+from .keys import KNOWN_QUEUES
 from .lanes import Rate
 from .records import Answer, Claims, EnqueuedId, JobSpec, SweepResult
 from .shell import (
@@ -62,6 +63,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         self._minter = minter_for(client.connection_pool)
         self._mint_lock = asyncio.Lock()
         self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
+        self._announced: set[str] = set()  # queue names this object put in the known queues
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> AsyncQueue:
@@ -196,6 +198,8 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             except Exception as exc:
                 note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
                 raise
+            if self.name not in self._announced:
+                await self._announce([self.name])
             return out
         out = []
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
@@ -205,7 +209,25 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             replies = await self._resend(send)
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
+        if self.name not in self._announced:
+            await self._announce([self.name])
         return out
+
+    async def _announce(self, names: Iterable[str]) -> None:
+        """Add queue names to the server's known queues (:mod:`emq.discovery`), each once per
+        queue object, after an enqueue into it landed. Best effort, never raised: a refusal
+        (an ACL without ``{emq}:queues``) is not tried again; an unreachable server is, at
+        the next enqueue."""
+        new = sorted(set(names) - self._announced)
+        if not new:
+            return
+        try:
+            await self.client.sadd(KNOWN_QUEUES, *new)
+        except UNREACHABLE:
+            return
+        except redis.RedisError:
+            pass
+        self._announced.update(new)
 
     async def claim(
         self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None

@@ -50,6 +50,9 @@ class Control:
     def _resend(self, send: Callable[[], T]) -> T:  # provided by Queue
         raise NotImplementedError
 
+    def _announce(self, names: Iterable[str]) -> None:  # provided by Queue
+        raise NotImplementedError
+
     # -- flows (emq.flows) -----------------------------------------------------------------
 
     def enqueue_flow(
@@ -87,6 +90,7 @@ class Control:
             node.group[0] = minted
         for call in flows.flow_steps(self.core, nodes):
             self._resend(functools.partial(self._run, call))
+        self._announce(n.queue for n in nodes)
         return flows.flow_ids(nodes)
 
     def deliver_outbox(self, limit: int = outbox.BATCH) -> outbox.Delivered:

@@ -156,3 +156,19 @@ class QueueKeys:
 def node_key(node: int) -> str:
     """The lease key of an id-minting node number (global, not per queue)."""
     return f"{{emq}}:node:{node}"
+
+
+KNOWN_QUEUES = "{emq}:queues"
+"""SET of every queue name known on the server (global, not per queue): written by a producer
+once per queue object and by every worker's registry beat; read by :mod:`emq.discovery`."""
+
+
+WORKERS = "{emq}:workers"
+"""ZSET of the worker registry's ids, score = when the entry expires (ms, the worker's clock);
+the entries themselves are :func:`worker_key` (:mod:`emq.registry`)."""
+
+
+def worker_key(worker_id: str) -> str:
+    """One live worker's registry entry (STRING, JSON, ``PX``); ``worker_id`` is validated by
+    :mod:`emq.registry`."""
+    return f"{{emq}}:worker:{worker_id}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -13,6 +12,7 @@ import click
 from rich.table import Table
 
 from ..config import MAX_STALLED
+from ..discovery import queue_names
 from ..errors import InvalidPayload
 from ..records import Job
 from ..states import STATE_OF_LOCATION, Location
@@ -31,7 +31,6 @@ from .common import (
 )
 from .lanes_cmds import stats_limits
 
-_QUEUE_OF_KEY = re.compile(r"^emq:\{([A-Za-z0-9._-]+)\}:")
 # `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
 LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in Location} | {
     loc.value: loc for loc in Location
@@ -140,14 +139,10 @@ def stats(queue: str | None, url: str | None, as_json: bool) -> None:
         names = [queue]
     else:
         client = connect(resolved)
-        names = sorted(
-            {
-                m[1]
-                for k in client.scan_iter(match="emq:{*}:*", count=1000)
-                if (m := _QUEUE_OF_KEY.match(k))
-            }
-        )
-        client.close()
+        try:
+            names = queue_names(client)
+        finally:
+            client.close()
     result: dict[str, dict[str, Any]] = {}
     notes: dict[str, str] = {}  # the limits line of each queue that has one
     for name in names:
