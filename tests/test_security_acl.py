@@ -44,13 +44,15 @@ SAMPLE_QUEUE = "{orders}"
 # What each role's shell sends outside scripts (read from queue.py, async_queue.py,
 # durability.py and worker/): the static check adds the commands its scripts call.
 DIRECT = {
-    "emq-producer": {"evalsha", "script|load", "info", "blpop"},
+    "emq-producer": {"evalsha", "script|load", "info", "blpop", "sadd"},
     "emq-worker": {
         "evalsha", "script|load", "info", "blpop", "set", "hmget", "hgetall", "hscan", "hdel",
+        "zadd", "zremrangebyscore", "sadd", "del", "zrem",  # the registry (emq.registry)
     },
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
         "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
+        "smembers", "sadd", "zrangebyscore", "get",  # emq stats, emq workers
     },
 }  # fmt: skip
 SCRIPTS_OF = {
@@ -134,7 +136,9 @@ def test_the_doc_has_one_acl_per_role_with_its_keys() -> None:
     for user, rules in acls.items():
         assert rules[:3] == ["reset", "on", PLACEHOLDER], user
         keys = {r for r in rules if r.startswith("~")}
-        want = {"~emq:{orders}:*"} | ({"~{emq}:node:*"} if user == "emq-producer" else set())
+        want = {"~emq:{orders}:*", "~{emq}:queues"} | (
+            {"~{emq}:node:*"} if user == "emq-producer" else {"~{emq}:worker*"}
+        )  # the known queues (emq.discovery) and the worker registry (emq.registry)
         assert keys == want, user
         assert not [r for r in rules if r.startswith(("+@", "&", "%", "allkeys", "allcommands"))]
 
@@ -340,6 +344,7 @@ def test_operator_cli_and_api_under_its_acl(acl: AclServer, q: Queue, qname: str
     run_cli("pause", qname, "--url", url)
     run_cli("resume", qname, "--url", url)
     run_cli("sweep", qname, "--url", url)
+    assert isinstance(run_cli("workers", "--url", url)["workers"], list)  # the registry's keys
     with Queue.from_url(url, qname) as op:
         assert op.counts()["pending"] == 8
         assert op.redrive_all() == 1

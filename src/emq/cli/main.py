@@ -83,6 +83,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "worker_cmd",
         "Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.",
     ),
+    "workers": (
+        "workers_cmd",
+        "List the live workers: host, pid, queues, concurrency, jobs running now, last beat.",
+    ),
 }
 """Every command: its module (whose ``register(group)`` adds it) and its short help."""
 

@@ -11,7 +11,8 @@ an expired lease goes back to ``pending``, or to ``dead`` once it has stalled ``
 times, counted in-script.
 
 The same task fires the queues' due repeat ticks (:mod:`.repeat_beat`): once per beat, and
-between beats at each next tick's time.
+between beats at each next tick's time, and keeps the worker's registry entry
+(:mod:`.presence`, about once a second; its errors never reach the beat).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..scripts import translated
 from .connect import SERVER_ERRORS, Outage
 from .log import Report, event
 from .options import WorkerOptions
+from .presence import Presence
 from .repeat_beat import RepeatBeat
 
 POKE_GAP_S = 0.05  # at least this long between two beats a poke brings forward
@@ -38,8 +40,10 @@ class Maintenance:
         options: WorkerOptions,
         outage: Outage,
         report: Report,
+        presence: Presence | None = None,
     ) -> None:
         self._queues = queues
+        self.presence = presence
         self._opts = options
         self._outage = outage
         self._report = report
@@ -61,6 +65,8 @@ class Maintenance:
         stops and its run raises: it never goes on without its sweeper)."""
         while not stop.is_set():
             wait = self.period_s
+            if self.presence is not None:
+                await self.presence.beat()  # never raises a server error
             try:
                 # due repeat ticks first (on time), the beat once a period, and between two
                 # beats the task wakes for the next tick (RepeatBeat knows when it is)

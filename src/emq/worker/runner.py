@@ -39,6 +39,7 @@ from .heartbeat import Heartbeat, Lease
 from .log import Report, event
 from .maintenance import Maintenance
 from .options import HandlerSpec, WorkerOptions, WorkerStats
+from .presence import Presence
 from .progress import Progress
 from .shutdown import drain
 
@@ -84,7 +85,9 @@ class Runner:
             on_cancel=lambda lease, why: self._soon(self.cancels.requested, lease, why),
         )
         self.report = Report(log, stats)
-        self.beat = Maintenance(self.queues, o, self.outage, self.report)
+        self.presence = Presence(self.client, list(queues), o.concurrency,
+                                 lambda: self.slots.busy, log, factory.shown_url)  # fmt: skip
+        self.beat = Maintenance(self.queues, o, self.outage, self.report, self.presence)
         self._outbox_written = False
         by_name = {q.name: q for q in self.queues}
         self.progress = Progress(by_name, o.progress_interval_ms, self.outage)
@@ -158,6 +161,7 @@ class Runner:
             for task in (beat, flusher, sender, *(j.task for j in self.live if j.task)):
                 task.cancel()
             await asyncio.gather(beat, flusher, sender, return_exceptions=True)
+            await self.presence.leave()
             await self.close()
             if signals:
                 for sig in SIGNALS:
