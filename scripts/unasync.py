@@ -24,6 +24,7 @@ PAIRS = [
     (PKG / "async_queue.py", PKG / "queue.py"),
     (PKG / "async_reads.py", PKG / "reads.py"),
     (PKG / "async_control.py", PKG / "control.py"),
+    (PKG / "async_deadletters.py", PKG / "deadletters.py"),
 ]
 
 # exact phrases, applied first (docstrings and imports that are not a token swap)
@@ -54,6 +55,7 @@ PHRASES = [
         "Generated from ``async_control.py`` by ``scripts/unasync.py``: edit that file, then run\n"
         "the script.",
     ),
+    ("    from .async_queue import AsyncQueue\n", "    from .queue import Queue\n"),
     ("import asyncio\n", "import threading\n"),
     ("asyncio.Lock()", "threading.Lock()"),
     ("asyncio.sleep(", "time.sleep("),
