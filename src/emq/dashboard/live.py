@@ -8,7 +8,8 @@ wait for the next reading, so N open pages cost the server what one does. Every
 failure rate. An event is sent to a connection only when its queues' counts changed; a closed
 connection ends its generator (and its subscription) at once.
 
-Each event is ``event: counts`` with ``data: {"<queue>": {"pending": N, ..., "paused": 0|1}}``.
+Each event is ``event: counts`` with ``data: {"<queue>": {"pending": N, ..., "paused": 0|1}}``:
+the first one holds every watched queue, each later one the queues whose counts changed.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class Live:
         watch = queues or [ALL]
         self._watched.update(watch)
         self.start()
+        wanted = set(queues)
         sent: dict[str, dict[str, int]] | None = None
         try:
             yield "retry: 2000\n\n"
@@ -132,14 +134,18 @@ class Live:
                 changed = self._changed
                 if sent is None and self.version == 0:
                     await self.sample()  # the first connection: read now, not in a second
+                names = wanted or set(self.names)
                 shown = {
                     n: {k: c[k] for k in (*SHOWN, "paused")}
                     for n, c in self.counts.items()
-                    if (not queues or n in queues) and (queues or n in self.names)
+                    if n in names
                 }
-                if shown != sent:
+                news = (
+                    shown if sent is None else {n: c for n, c in shown.items() if sent.get(n) != c}
+                )
+                if sent is None or news:
                     sent = shown
-                    yield f"event: counts\ndata: {json.dumps(shown, sort_keys=True)}\n\n"
+                    yield f"event: counts\ndata: {json.dumps(news, sort_keys=True)}\n\n"
                 try:
                     await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
                 except TimeoutError:
