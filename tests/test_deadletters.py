@@ -5,6 +5,7 @@ and every job is in exactly one location afterwards (``assert_consistent``)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -14,7 +15,7 @@ import redis
 from emq import AsyncQueue, Queue
 from emq import async_deadletters as adl
 from emq import deadletters as dl
-from emq.deadgroups import NO_ERROR, DeadFilter, error_key
+from emq.deadgroups import NO_ERROR, DeadFilter, error_key, parse_when
 from emq.errors import InvalidOption
 
 from .helpers import assert_consistent
@@ -66,6 +67,18 @@ def test_a_filter_takes_a_time_range_up_to_the_scan_start() -> None:
     f = DeadFilter(since_ms=5, until_ms=50)
     assert [f.in_time(ms, now_ms=40) for ms in (4, 5, 40, 41)] == [False, True, True, False]
     assert not f.in_time(50, now_ms=100) and f.in_time(49, now_ms=100)
+
+
+def test_times_are_read_as_ms_iso_or_an_age() -> None:
+    now = 1_764_547_200_000  # 2025-12-01T00:00:00Z
+    assert parse_when("", now) is None and parse_when(None, now) is None
+    assert parse_when("1234", now) == 1234
+    assert parse_when("2025-12-01T00:00", now) == now
+    assert parse_when("2025-12-01T01:00+01:00", now) == now
+    assert parse_when("15m", now) == now - 900_000
+    assert parse_when("2h", now) == now - 7_200_000
+    with pytest.raises(InvalidOption):
+        parse_when("yesterday", now)
 
 
 # --- on the servers -------------------------------------------------------------------------
@@ -195,3 +208,36 @@ async def test_the_async_twin_groups_and_redrives(aqueue: AsyncQueue, queue: Que
     finally:
         await aqueue.close()
     assert pending(queue) == set(ids)
+
+
+def test_the_cli_lists_groups_and_redrives_a_filter(queue: Queue, url: str) -> None:
+    from click.testing import CliRunner
+
+    from emq.cli.main import cli
+
+    smtp = make_dead(queue, [("mail", i) for i in range(4)], "smtp refused\nat line 9")
+    disk = make_dead(queue, [("disk", None)], "disk full")
+    run = CliRunner().invoke
+    out = run(cli, ["dead-letters", queue.name, "--url", url, "--json"])
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output)["groups"]
+    assert [(g["error"], g["count"], g["names"]) for g in got] == [
+        ("smtp refused", 4, {"mail": 4}),
+        ("disk full", 1, {"disk": 1}),
+    ]
+    text = run(cli, ["dead-letters", queue.name, "--url", url])
+    assert text.exit_code == 0 and "smtp refused" in text.output and "5 dead job(s)" in text.output
+
+    refused = run(cli, ["dead-letters", queue.name, "purge", "--url", url])
+    assert refused.exit_code == 2 and "--all" in refused.output
+    assert dead(queue) == {*smtp, *disk}
+
+    args = ["dead-letters", queue.name, "redrive", "--error", "smtp refused", "--url", url]
+    moved = run(cli, [*args, "--json"])
+    assert moved.exit_code == 0, moved.output
+    assert json.loads(moved.output) == {
+        "queue": queue.name, "action": "redrive", "matched": 4, "moved": 4, "skipped": 0
+    }  # fmt: skip
+    assert pending(queue) == set(smtp) and dead(queue) == set(disk)
+    bad = run(cli, ["dead-letters", queue.name, "--since", "yesterday", "--url", url])
+    assert bad.exit_code == 2 and "not a time" in bad.output

@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "queue_cmds",
         "Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all).",
     ),
+    "dead-letters": (
+        "dead_cmd",
+        "Dead jobs of QUEUE grouped by error; redrive or purge every one matching a filter.",
+    ),
     "demo": (
         "demo",
         "Crash, freeze and poison workers on the embedded server (or --url); lose nothing.",
@@ -56,6 +60,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "limits": (
         "lanes_cmds",
         "Show or change the limits of QUEUE, or of one lane with --lane (docs/lanes.md).",
+    ),
+    "metrics": (
+        "metrics_cmd",
+        "Prometheus metrics of the queues: counts per location, lifetime counters, oldest "
+        "waiting job's age, paused (docs/observability.md).",
     ),
     "pause": ("queue_cmds", "Stop claims on QUEUE, or of one --lane (checked inside the claim)."),
     "race": (
