@@ -237,6 +237,15 @@ def test_token_guards_every_page(url: str, queue: Queue, qname: str) -> None:
             assert stranger.get("/", headers={"host": "dash.example"}).status_code == 401
 
 
+def test_a_server_that_does_not_answer_is_a_503_without_its_password() -> None:
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
+    with serve(url) as c:
+        for path in ["/", "/queues/q", "/healthz"]:
+            r = c.get(path)
+            assert r.status_code == 503 and "does not answer" in r.text, path
+            assert "hunter2" not in r.text
+
+
 def test_security_helpers() -> None:
     for host in ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"]:
         assert security.is_loopback(host), host

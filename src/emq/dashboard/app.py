@@ -14,6 +14,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+import redis.exceptions
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -22,9 +23,11 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..config import redact_url
 from . import live, pages, security
 from .web import HERE, Dash, done, read_form, render
 
+DOWN = (ConnectionError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 EXTRA_MODULES = ("more",)  # emq.dashboard.<name>.routes: dead letters, search, workers, race
 
 
@@ -97,6 +100,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return PlainTextResponse(f"{exc.detail}\n", status_code=exc.status_code)
 
 
+async def _server_down(request: Request, exc: Exception) -> Response:
+    """503 when the queue server does not answer (its URL shown without its password)."""
+    where = redact_url(request.app.state.dash.url)
+    detail = f"the server at {where} does not answer ({type(exc).__name__}); retry in a moment"
+    return await _http_error(request, HTTPException(503, detail))
+
+
 def create_app(
     url: str, *, read_only: bool = False, token: str | None = None, floor_dir: str | None = None
 ) -> Starlette:
@@ -128,6 +138,7 @@ def create_app(
     ]
     guard = Middleware(security.Guard, token=dash.token, read_only=read_only)
     handlers: Any = {HTTPException: _http_error}
+    handlers.update(dict.fromkeys(DOWN, _server_down))
     app = Starlette(
         routes=routes, middleware=[guard], lifespan=lifespan, exception_handlers=handlers
     )
