@@ -33,6 +33,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..async_queue import AsyncQueue
 from ..config import check_url
+from ..discovery import aqueue_names
 from ..errors import InvalidInput
 from ..keys import check_queue_name
 from . import security
@@ -82,8 +83,6 @@ class Dash:
 
     async def queue_names(self) -> list[str]:
         """Every queue known on the server, sorted."""
-        from .names import aqueue_names
-
         return await aqueue_names(self.client)
 
     async def close(self) -> None:
