@@ -358,5 +358,9 @@ def test_metrics_endpoint(url: str, queue: Queue) -> None:
         import emq.metrics  # noqa: F401
     except ImportError:
         pytest.skip("emq.metrics is not here yet")
+    from prometheus_client.parser import text_string_to_metric_families
+
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    assert queue.name in r.text
+    families = list(text_string_to_metric_families(r.text))
+    labelled = {s.labels.get("queue") for f in families for s in f.samples}
+    assert queue.name in labelled
