@@ -71,8 +71,24 @@
     });
   }
 
+  // --- a filter box: <input data-filter="ROWS SELECTOR"> hides rows whose data-queue lacks it ---
+  function startFilter() {
+    var inputs = document.querySelectorAll("input[data-filter]");
+    Array.prototype.forEach.call(inputs, function (input) {
+      input.addEventListener("input", function () {
+        var text = input.value.trim().toLowerCase();
+        var rows = document.querySelectorAll(input.getAttribute("data-filter"));
+        Array.prototype.forEach.call(rows, function (row) {
+          var name = (row.getAttribute("data-queue") || "").toLowerCase();
+          row.hidden = text !== "" && name.indexOf(text) === -1;
+        });
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     startLive();
     startConfirm();
+    startFilter();
   });
 })();
