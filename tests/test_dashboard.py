@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from click.testing import CliRunner
 
-from emq import Queue
+from emq import JobSpec, Queue
 from emq.archive.archiver import Archive
 from emq.cli.main import cli
 from emq.dashboard import security
@@ -130,6 +130,21 @@ def test_job_timeline_joins_the_floor_and_the_live_tail(
         page = c.get(f"/queues/{qname}/jobs/{dead}").text
         assert '<li data-event="redriven">' in page and "Live events only" in page
         assert '<li data-event="enqueued">' not in page
+
+
+def test_a_flow_job_links_its_parent_and_children(url: str, queue: Queue, qname: str) -> None:
+    other = qname + "-b"
+    ids = queue.enqueue_flow(JobSpec("parent"), [JobSpec("a"), JobSpec("b", queue=other)])
+    here, there = ids.children
+    with serve(url) as c:
+        page = c.get(f"/queues/{qname}/jobs/{ids.id}").text
+        assert 'id="children"' in page
+        assert f'<a href="/queues/{qname}/jobs/{here.id}">' in page
+        assert f'<a href="/queues/{other}/jobs/{there.id}">' in page
+        page = c.get(f"/queues/{other}/jobs/{there.id}").text
+        assert f'<a href="/queues/{qname}/jobs/{ids.id}">' in page
+        page = c.get(f"/queues/{qname}/jobs/{here.id}").text
+        assert f'<a href="/queues/{qname}/jobs/{ids.id}">' in page
 
 
 def test_paging_links(url: str, queue: Queue, qname: str) -> None:
