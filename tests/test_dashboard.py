@@ -298,6 +298,7 @@ def test_hostile_payload_and_error_render_as_text(url: str, queue: Queue, qname:
     big = "A" * 100_000
     dead = make_dead(queue, {"text": hostile, "big": big}, error=hostile)
     queue.enqueue("work", {"text": hostile})
+    text = queue.enqueue("work", "42")  # a string payload stays a string
     with serve(url) as c:
         for path in [f"/queues/{qname}/jobs/{dead}", f"/queues/{qname}?location=dead"]:
             page = c.get(path).text
@@ -306,6 +307,7 @@ def test_hostile_payload_and_error_render_as_text(url: str, queue: Queue, qname:
             assert page.count("<table") == page.count("</table>"), path
         page = c.get(f"/queues/{qname}/jobs/{dead}").text
         assert big in page
+        assert '<pre id="payload">&#34;42&#34;</pre>' in c.get(f"/queues/{qname}/jobs/{text}").text
         start = page.index('<pre id="payload">')
         assert "<" not in page[start + len('<pre id="payload">') : page.index("</pre>", start)]
 

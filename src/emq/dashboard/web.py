@@ -128,19 +128,23 @@ def age(ms: Any) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A payload or result as indented JSON text (to be escaped by the template)."""
-    if isinstance(value, str):
-        text = value
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
+    """A decoded value (payload, result, progress) as indented JSON text (the template
+    escapes it)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def pretty_text(text: Any) -> str:
+    """JSON text as written in an event field, indented; any other text as it is."""
+    try:
+        return pretty(json.loads(text))
+    except (TypeError, ValueError):
+        return str(text)
 
 
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
-    env.filters.update(ms_time=_ms_time, age=age, pretty=pretty, urlpart=lambda s: quote(s, ""))
+    env.filters.update(ms_time=_ms_time, age=age, pretty=pretty, pretty_text=pretty_text)
+    env.filters["urlpart"] = lambda s: quote(s, "")
     return env
 
 
