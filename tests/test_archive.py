@@ -236,10 +236,10 @@ def test_run_loop_archives_until_stopped_and_releases_the_lease(
 def test_floor_schema_is_versioned_wal_and_indexed(floor_path: Path) -> None:
     Floor(floor_path, queue="q").close()
     db = sqlite3.connect(floor_path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     meta = dict(db.execute("SELECT key, value FROM floor_meta").fetchall())
-    assert meta["schema_version"] == "1" and meta["queue"] == "q" and len(meta["floor_id"]) == 32
+    assert meta["schema_version"] == "2" and meta["queue"] == "q" and len(meta["floor_id"]) == 32
     cols = [r[1] for r in db.execute("PRAGMA table_info(events)")]
     assert cols == ["ms", "seq", "id", "job", "event", "fields"]
     plan = db.execute("EXPLAIN QUERY PLAN SELECT * FROM events WHERE job = 'x'").fetchall()

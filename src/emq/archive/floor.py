@@ -3,7 +3,8 @@
 One file per queue (default ``.emq/floor/<queue>.sqlite3``) in WAL mode with
 ``synchronous=FULL``, so a fold that returned is on disk before the archiver trims the stream.
 The schema is versioned (``PRAGMA user_version`` and ``floor_meta.schema_version``) and
-documented in ``docs/events.md``:
+documented in ``docs/events.md``; a floor of version 1 opened for writing is upgraded to 2 in
+one transaction (its full-text index built from the rows it holds):
 
 - ``events``: one row per stream entry, primary key the stream id ``(ms, seq)`` (which is
   also the time index: ``ms`` is the server time of the append), indexed by job id.
@@ -12,8 +13,11 @@ documented in ``docs/events.md``:
   every entry up to W is in ``events``).
 - ``segments``: closed, immutable id ranges of ``events`` (numbered 1, 2, ...), with what
   shipping them to object storage recorded.
+- version 2: ``events_fts`` (FTS5 over the events' text), ``events_by_name`` and
+  ``events_ended``, kept by a trigger in the fold's transaction (:mod:`emq.archive.fts`).
 
-Guarantees: a fold is one transaction (rows and the new W together, or neither); it is
+Guarantees: a fold is one transaction (rows, their index entries and the new W together, or
+neither); it is
 idempotent by stream id (``INSERT OR IGNORE``), so re-folding an entry changes nothing; W only
 moves forward. A floor belongs to one queue and refuses to be opened for another.
 """
@@ -33,8 +37,9 @@ from pathlib import Path
 from ..errors import EmqError
 from ..events import Event, format_id, parse_id
 from ..keys import check_queue_name
+from .fts import FTS_SCHEMA, migrate_to_2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 
 SCHEMA = """
@@ -125,13 +130,19 @@ class Floor:
     def _open(self, readonly: bool) -> None:
         version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
-            raise FloorError(f"{self.path} has floor schema {version}; this emq reads up to 1")
+            raise FloorError(
+                f"{self.path} has floor schema {version}; this emq reads up to {SCHEMA_VERSION}"
+            )
+        if version == 1 and not readonly:
+            version = self._upgrade()
         if version == 0 and not readonly:
             with self._tx() as db:
                 if int(db.execute("PRAGMA user_version").fetchone()[0]) == 0:
                     for statement in SCHEMA.split(";\n"):
                         if statement.strip():
                             db.execute(statement)
+                    for statement in FTS_SCHEMA:
+                        db.execute(statement)
                     meta = [
                         ("schema_version", str(SCHEMA_VERSION)),
                         ("queue", self.queue),
@@ -145,6 +156,30 @@ class Floor:
         owner = self._meta("queue")
         if owner != self.queue:
             raise FloorError(f"{self.path} is the floor of queue {owner!r}, not {self.queue!r}")
+        self.schema = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _upgrade(self) -> int:
+        """Version 1 to 2 in one transaction: the FTS table, trigger and indexes, and the
+        rows already folded indexed. Returns the version now on disk."""
+        with self._tx() as db:
+            if int(db.execute("PRAGMA user_version").fetchone()[0]) == 1:
+                migrate_to_2(db)
+                db.execute("UPDATE floor_meta SET value = '2' WHERE key = 'schema_version'")
+                db.execute("PRAGMA user_version=2")
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    @property
+    def has_fts(self) -> bool:
+        """Whether this floor has the full-text index (schema 2; a read-only open of a
+        version-1 floor does not)."""
+        return self.schema >= 2
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, held for reads only (under the floor's lock) for the whole block:
+        :mod:`emq.search` runs its queries in it."""
+        with self._lock:
+            yield self._db
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -178,9 +213,8 @@ class Floor:
             return 0
         rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in entries]
         with self._tx() as db:
-            before = db.total_changes
-            db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
-            inserted = db.total_changes - before
+            cur = db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
+            inserted = cur.rowcount  # rows of events only (the trigger's rows are not counted)
             self._advance(db, entries[-1].id)
         return inserted
 

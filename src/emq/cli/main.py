@@ -78,6 +78,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "result_ttl_ms), waiting up to --wait seconds for it to end.",
     ),
     "resume": ("queue_cmds", "Let claims on QUEUE (or of one --lane) go on."),
+    "search": (
+        "search_cmd",
+        "Search QUEUE's jobs by text, id, name, state and time, live rows and archive floor.",
+    ),
     "server": ("server_cmds", "Manage the embedded Valkey server (data under ./.emq, AOF on)."),
     "stats": (
         "queue_cmds",
