@@ -110,6 +110,9 @@ def test_pages_render_with_the_contract_markup(url: str, queue: Queue, qname: st
         assert c.get(f"/queues/{qname}/jobs/JOB00000000000").status_code == 404
         assert c.get("/queues/bad%20name").status_code == 404
         assert c.get("/healthz").text == "ok\n"
+        headers = c.get("/").headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY"
         assert c.get("/static/app.js").status_code == 200
 
 
