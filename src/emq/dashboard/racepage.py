@@ -74,7 +74,7 @@ def trace(outcome: Outcome) -> Trace:
         mode=r.mode,
         columns=titles,
         rows=tuple(rows),
-        caption=f"keys without their prefix {prefix}; J = {r.job}",
+        caption=f"keys shown without the prefix {prefix} · J = {r.job}",
         readout=outcome.readout,
         numbers={k: d[k] for k in keys},
     )
