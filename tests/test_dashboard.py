@@ -150,14 +150,16 @@ def test_a_flow_job_links_its_parent_and_children(url: str, queue: Queue, qname:
         assert f'<a href="/queues/{qname}/jobs/{ids.id}">' in page
 
 
-def test_the_queue_page_shows_lanes_and_limits(url: str, queue: Queue, qname: str) -> None:
+def test_the_queue_page_shows_lanes_limits_and_repeats(url: str, queue: Queue, qname: str) -> None:
     queue.enqueue("work", None, lane="tenant-1")
     queue.set_limits(concurrency=7, rate=(50, 1_000))
     queue.set_limits(lane="tenant-1", weight=3)
+    queue.repeat("nightly", "report", cron="0 3 * * *", tz="Europe/Berlin")
     with serve(url) as c:
         page = c.get(f"/queues/{qname}").text
     assert '<tr data-lane="tenant-1">' in page and 'id="lanes"' in page
     assert "<dd>7</dd>" in page and "50 per 1000 ms" in page
+    assert '<tr data-repeat="nightly">' in page and "<code>0 3 * * *</code> (Europe/Berlin)" in page
 
 
 def test_paging_links(url: str, queue: Queue, qname: str) -> None:

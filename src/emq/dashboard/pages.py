@@ -85,12 +85,13 @@ async def queue_page(request: Request) -> Response:
         raise HTTPException(404, "no such location")
     page = _page_number(request.query_params.get("page"))
     offset = (page - 1) * PAGE_SIZE
-    counts, paused, lanes, limits, jobs = await asyncio.gather(
+    counts, paused, lanes, limits, jobs, repeats = await asyncio.gather(
         q.counts(),
         q.is_paused(),
         q.lanes(),
         q.limits(),
         q.jobs(location, offset, PAGE_SIZE + 1),
+        q.repeats(),
     )
     context = {
         "queue": name,
@@ -103,6 +104,7 @@ async def queue_page(request: Request) -> Response:
         "jobs": jobs[:PAGE_SIZE],
         "page": page,
         "has_next": len(jobs) > PAGE_SIZE,
+        "repeats": repeats,
         "shown": SHOWN,
     }
     return render(request, "queue.html", context)
