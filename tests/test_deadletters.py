@@ -100,6 +100,13 @@ def test_groups_by_first_line_with_counts_names_newest_and_oldest(queue: Queue) 
     assert dl.groups(queue, future) == []
 
 
+def test_a_sample_bounds_the_grouping_of_a_big_dead_set(queue: Queue) -> None:
+    make_dead(queue, [("x", i) for i in range(400)], "boom")
+    (whole,) = dl.groups(queue, page=50)
+    (part,) = dl.groups(queue, page=50, sample=100)
+    assert whole.count == 400 and 100 <= part.count < 400
+
+
 def test_a_filtered_bulk_redrive_of_2000_moves_exactly_those(
     queue: Queue, client: redis.Redis
 ) -> None:

@@ -63,11 +63,12 @@ def _rows(queue: Queue, ids: list[str]) -> list[list[str | None]]:
             return cast(list[list[str | None]], p.execute())
 
 
-def _scan(queue: Queue, f: DeadFilter, page: int) -> list[Dead]:
+def _scan(queue: Queue, f: DeadFilter, page: int, sample: int | None) -> list[Dead]:
     """Every dead job matching ``f``: (id, ms of death, name, error), oldest first. The dead
     set is walked with ``ZSCAN`` (``page`` ids a round trip), which returns every job that
     stays dead for the whole walk however the set changes meanwhile (seen twice: kept once);
-    jobs dying after the walk started are left out (their time is past its start)."""
+    jobs dying after the walk started are left out (their time is past its start).
+    ``sample``: stop once that many dead ids were looked at (in no particular order)."""
     with scripts.translated():
         seconds, micros = queue.client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
@@ -85,23 +86,26 @@ def _scan(queue: Queue, f: DeadFilter, page: int) -> list[Dead]:
             for (job_id, died), (state, name, error) in zip(fresh, rows, strict=True):
                 if state == "dead" and f.matches(name, error):
                     found.append((job_id, died, name, error))
-        if cursor == 0:
+        if cursor == 0 or (sample is not None and len(seen) >= sample):
             break
     return sorted(found, key=lambda d: (d[1], d[0]))
 
 
-def groups(queue: Queue, f: DeadFilter = EVERY, *, page: int = SCAN_PAGE) -> list[Group]:
+def groups(
+    queue: Queue, f: DeadFilter = EVERY, *, page: int = SCAN_PAGE, sample: int | None = None
+) -> list[Group]:
     """The dead jobs matching ``f`` grouped by error key (:func:`~emq.deadgroups.error_key`),
-    biggest group first."""
+    biggest group first. ``sample``: group only the first that many dead jobs the walk meets
+    (about that many: whole pages), to bound the time on a huge dead set."""
     grouper = Grouper()
-    for job_id, died, name, error in _scan(queue, f, page):
+    for job_id, died, name, error in _scan(queue, f, page, sample):
         grouper.add(job_id, died, name, error)
     return grouper.groups()
 
 
 def matching(queue: Queue, f: DeadFilter = EVERY, *, page: int = SCAN_PAGE) -> list[str]:
     """The ids of the dead jobs matching ``f``, oldest death first (a snapshot)."""
-    return [job_id for job_id, _, _, _ in _scan(queue, f, page)]
+    return [job_id for job_id, _, _, _ in _scan(queue, f, page, None)]
 
 
 def redrive(
