@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -296,6 +297,12 @@ def test_cli_refuses_a_public_host_without_a_token() -> None:
     assert r.exit_code == 2 and "EMQ_DASHBOARD_TOKEN" in r.output
     r = runner.invoke(cli, ["dashboard", "--host", "10.1.2.3"], env={"EMQ_DASHBOARD_TOKEN": "x"})
     assert r.exit_code == 2 and "too short" in r.output
+
+
+def test_cli_says_how_to_install_the_web_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    r = CliRunner().invoke(cli, ["dashboard"])
+    assert r.exit_code == 1 and "pip install 'emq[dashboard]'" in r.output
 
 
 def test_hostile_payload_and_error_render_as_text(url: str, queue: Queue, qname: str) -> None:

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
@@ -45,6 +46,7 @@ KEEPALIVE_S = 15.0
 SHOWN = ("pending", "active", "schedule", "waiting", "dead", "completed")
 ALL = "*"
 CHUNK = 100  # queues per round trip of the sampler
+MAX_WATCHED = 200  # queues one /events connection may name
 OLDEST_SCAN = 50  # pending ids looked at for the oldest waiting job (the first in order)
 
 
@@ -223,6 +225,8 @@ async def events(request: Request) -> StreamingResponse:
     """``GET /events?queue=A&queue=B``: counts of those queues (all without ``queue``)."""
     live: Live = request.app.state.live
     queues = [q for q in request.query_params.getlist("queue") if q]
+    if len(queues) > MAX_WATCHED:
+        raise HTTPException(400, f"watch at most {MAX_WATCHED} queues (none: every queue)")
     for name in queues:
         request.app.state.dash.queue(name)  # 404 for a bad name
     headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
