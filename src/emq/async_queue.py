@@ -15,10 +15,10 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio
 
-from . import durability, scripts
+from . import durability, otel, scripts
 from .async_control import AsyncControl
 from .async_reads import AsyncReads
-from .calls import Call, Hold, node_lease
+from .calls import Arg, Call, Hold, node_lease
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
@@ -189,7 +189,16 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         if size := self._largest_payload(groups):
             self._refuse_oversized(size, await self._bulk_limit())
         explicit = self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
-        calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
+        with otel.enqueue_span(self.name, groups) as trace:  # trace: '' unless OTel is active
+            out = await self._admit(groups, explicit, trace)
+        if self.name not in self._announced:
+            await self._announce([self.name])
+        return out
+
+    async def _admit(self, groups: list[list[Arg]], explicit: bool, trace: str) -> list[EnqueuedId]:
+        calls = [
+            self.core.enqueue(groups[i : i + CHUNK], trace) for i in range(0, len(groups), CHUNK)
+        ]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
             out: list[EnqueuedId] = []
             try:
@@ -198,8 +207,6 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             except Exception as exc:
                 note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
                 raise
-            if self.name not in self._announced:
-                await self._announce([self.name])
             return out
         out = []
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
@@ -209,8 +216,6 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             replies = await self._resend(send)
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
-        if self.name not in self._announced:
-            await self._announce([self.name])
         return out
 
     async def _announce(self, names: Iterable[str]) -> None:

@@ -157,12 +157,13 @@ class QueueCore:
             raise InvalidOption(f"lifo must be True or False, got {shown(lifo)}")
         return [id or "", name, text, priority, attempts, delay_ms, key or "", lane, flag]
 
-    def enqueue(self, groups: Sequence[list[Arg]]) -> Call[list[EnqueuedId]]:
+    def enqueue(self, groups: Sequence[list[Arg]], trace: str = "") -> Call[list[EnqueuedId]]:
+        """``trace``: the producer span's W3C traceparent, stored in each new row ('' none)."""
         if not groups:
             raise InvalidOption("enqueue needs at least one job")
         if len(groups) > MAX_BATCH:
             raise InvalidOption(f"at most {MAX_BATCH} jobs per enqueue call; split the batch")
-        args: list[Arg] = [self.keys.prefix, self._maxlen]
+        args: list[Arg] = [self.keys.prefix, self._maxlen, trace]
         for group in groups:
             if not group[0]:
                 raise InvalidOption("every job needs an id before it is sent")
@@ -369,8 +370,9 @@ def _decode_claimed(reply: list[Any]) -> Claims:
             deadline_ms=deadline,
             lane=reply[i + 6] or None,
             parent=reply[i + 7] or None,
+            trace=reply[i + 8] or None,
         )
-        for i in range(3, len(reply), 8)
+        for i in range(3, len(reply), 9)
     ]
     retry_in = int(reply[2])
     return Claims(jobs, list(reply[1]), max(retry_in, 0), blocked=retry_in < 0)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 import redis
 
-from . import edits, flows, outbox, results, scripts
+from . import edits, flows, otel, outbox, results, scripts
 from . import repeats as rep
 from .calls import Call, QueueCore
 from .cancel import Cancel, cancel_call
@@ -88,8 +88,9 @@ class Control:
         blank = [n for n in nodes if not n.group[0]]
         for node, minted in zip(blank, self.new_ids(len(blank)), strict=True):
             node.group[0] = minted
-        for call in flows.flow_steps(self.core, nodes):
-            self._resend(functools.partial(self._run, call))
+        with otel.enqueue_span(self.core.keys.queue, [n.group for n in nodes]) as trace:
+            for call in flows.flow_steps(self.core, nodes, trace):
+                self._resend(functools.partial(self._run, call))
         self._announce(n.queue for n in nodes)
         return flows.flow_ids(nodes)
 

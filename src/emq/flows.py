@@ -160,18 +160,19 @@ def _ref(node: _Node, queue: str) -> str:
     return str(node.group[0]) if node.queue == queue else f"{node.group[0]}@{node.queue}"
 
 
-def flow_steps(core: QueueCore, nodes: list[_Node]) -> list[Call[int]]:
+def flow_steps(core: QueueCore, nodes: list[_Node], trace: str = "") -> list[Call[int]]:
     """The enqueue_flow calls of a planned tree whose ids are all set: one per queue and
     level (a level counts the queue changes from the root), in level order, so every
     parent's step runs before its children's (a child's end never arrives before its
-    parent exists). A tree in one queue is one call."""
+    parent exists). A tree in one queue is one call. ``trace``: the producer span's W3C
+    traceparent, stored in every row ('' none: docs/observability.md)."""
     steps: dict[tuple[int, str], list[_Node]] = {}
     for n in nodes:
         steps.setdefault((n.level, n.queue), []).append(n)
     calls: list[Call[int]] = []
     for (_, queue), members in sorted(steps.items(), key=lambda item: item[0][0]):
         k = QueueKeys.of(queue)
-        args: list[Arg] = [k.prefix, core.options.events_maxlen]
+        args: list[Arg] = [k.prefix, core.options.events_maxlen, trace]
         for n in members:
             parent = "" if n.parent < 0 else _ref(nodes[n.parent], queue)
             kids = [nodes[i] for i in n.children]

@@ -18,10 +18,10 @@ from typing import Any, TypeVar, cast
 
 import redis
 
-from . import durability, scripts
+from . import durability, otel, scripts
 from .control import Control
 from .reads import Reads
-from .calls import Call, Hold, node_lease
+from .calls import Arg, Call, Hold, node_lease
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
@@ -192,7 +192,16 @@ class Queue(Control, Reads, ShellBase):
         if size := self._largest_payload(groups):
             self._refuse_oversized(size, self._bulk_limit())
         explicit = self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
-        calls = [self.core.enqueue(groups[i : i + CHUNK]) for i in range(0, len(groups), CHUNK)]
+        with otel.enqueue_span(self.name, groups) as trace:  # trace: '' unless OTel is active
+            out = self._admit(groups, explicit, trace)
+        if self.name not in self._announced:
+            self._announce([self.name])
+        return out
+
+    def _admit(self, groups: list[list[Arg]], explicit: bool, trace: str) -> list[EnqueuedId]:
+        calls = [
+            self.core.enqueue(groups[i : i + CHUNK], trace) for i in range(0, len(groups), CHUNK)
+        ]
         if explicit or len(calls) == 1:  # a conflict in one chunk stops the ones after it
             out: list[EnqueuedId] = []
             try:
@@ -201,8 +210,6 @@ class Queue(Control, Reads, ShellBase):
             except Exception as exc:
                 note_landed(exc, out)  # exc.landed: what the earlier chunks admitted
                 raise
-            if self.name not in self._announced:
-                self._announce([self.name])
             return out
         out = []
         for i in range(0, len(calls), WINDOW):  # fresh ids cannot conflict: pipeline the chunks
@@ -212,8 +219,6 @@ class Queue(Control, Reads, ShellBase):
             replies = self._resend(send)
             for call, reply in zip(window, replies, strict=True):
                 out += call.decode(reply)
-        if self.name not in self._announced:
-            self._announce([self.name])
         return out
 
     def _announce(self, names: Iterable[str]) -> None:

@@ -48,7 +48,8 @@ class JobSpec:
 class Claimed:
     """A leased job. ``token`` fences every finishing call; ``deadline_ms`` is on the server
     clock; ``lane`` is None for the default lane; ``parent`` is a flow's child's parent
-    (docs/flows.md; ``<id>@<queue>`` when it is in another queue), None for any other job."""
+    (docs/flows.md; ``<id>@<queue>`` when it is in another queue), None for any other job;
+    ``trace``: the W3C traceparent its producer's span stored (docs/observability.md)."""
 
     id: str
     token: int
@@ -59,6 +60,7 @@ class Claimed:
     deadline_ms: int
     lane: str | None = None
     parent: str | None = None  # a flow's child: its parent (its result is sent for it)
+    trace: str | None = None  # the producer span's W3C traceparent (emq.otel), if one was stored
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@
 --          how long until the soonest one ends; -1 when a concurrency limit held jobs back:
 --          a finishing job pushes a wake-up; 0 otherwise), then per job: id, token,
 --          attempts, stalled, name, payload, lane ('' for the default lane), parent (a
---          flow's child: its parent's id, so the worker sends its result; '' otherwise) (token: a decimal
+--          flow's child: its parent's id, so the worker sends its result; '' otherwise),
+--          trace (the producer's W3C traceparent stored by enqueue; '' for none) (token: a decimal
 --          string, max(previous token + 1, server clock in us), so never issued twice for one
 --          job)
 -- Errors: none
@@ -151,7 +152,7 @@ local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end
 local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts',
-    'parent')
+    'parent', 'trace')
   if not f[3] then
     missing[#missing + 1] = id
     emit('event', 'missing', 'job', id, 'from', from)
@@ -173,6 +174,7 @@ local function lease(id, lane, from)
   out[n + 6] = f[4]
   out[n + 7] = lane
   out[n + 8] = f[6] or ''
+  out[n + 9] = f[7] or ''
   if q_most > 0 then logged[#logged + 1] = id .. ':' .. token end
   emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
   return token

@@ -16,7 +16,9 @@
 -- KEYS[5] meta       HASH    queue flags (lanes: lane mode, turned on by the first lane job)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
--- ARGV[3..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
+-- ARGV[3] trace      string  the producer span's W3C traceparent, stored in each new row as
+--                            trace; '' (OpenTelemetry not active) stores nothing
+-- ARGV[4..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
 --           group per job; delay_ms in ms; dedup is '' for none; lane is '' for the default
 --           lane; lifo is '1' for a lifo job, '' for FIFO
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
@@ -31,7 +33,9 @@ local k_wake = KEYS[4]
 local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
+local trace = ARGV[3]
 local GROUP = 9
+local FIRST = 4  -- ARGV index of the first group
 
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
@@ -43,7 +47,7 @@ local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 du
 local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}
 local lifos = 0  -- lifo jobs created (an upper bound of the lifo numbers pass 2 takes)
-for i = 3, #ARGV, GROUP do
+for i = FIRST, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local dedup = ARGV[i + 6]
   local target, new = id, 1
@@ -84,7 +88,7 @@ local ready = 0
 local seq = 0  -- the next lifo number
 if lifos > 0 then seq = lifo_seq(lifos) end
 for n, id in ipairs(targets) do
-  local i = 3 + (n - 1) * GROUP
+  local i = FIRST + (n - 1) * GROUP
   if created[n] == 1 then
     local name, payload = ARGV[i + 1], ARGV[i + 2]
     local priority, max_attempts = tonumber(ARGV[i + 3]), ARGV[i + 4]
@@ -97,6 +101,7 @@ for n, id in ipairs(targets) do
       fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)
     end
+    if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
     local score = priority
     if ARGV[i + 8] == '1' then
       fields[#fields + 1], fields[#fields + 2] = 'lifo', '1'

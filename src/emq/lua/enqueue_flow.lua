@@ -20,7 +20,9 @@
 -- KEYS[5] meta       HASH    queue flags (lanes)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
--- ARGV[3..] (id, name, payload, priority, max_attempts, lane, lifo, parent, on_failure, children, remote)*
+-- ARGV[3] trace      string  the producer span's W3C traceparent, stored in each new row as
+--                            trace; '' (OpenTelemetry not active) stores nothing
+-- ARGV[4..] (id, name, payload, priority, max_attempts, lane, lifo, parent, on_failure, children, remote)*
 --           one group per node, a parent before its children; lane '' = the default lane;
 --           lifo '1' | ''; parent '' for the root, '<id>@<queue>' in another queue;
 --           on_failure fail_parent | ignore | continue; children = the node's number of
@@ -38,10 +40,12 @@ local k_wake = KEYS[4]
 local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
+local trace = ARGV[3]
 local GROUP = 11
+local FIRST = 4  -- ARGV index of the first group
 
 local seen, there, clash = {}, {}, false
-for i = 3, #ARGV, GROUP do
+for i = FIRST, #ARGV, GROUP do
   local id = ARGV[i]
   local row = prefix .. 'job:' .. id
   if seen[id] then
@@ -52,7 +56,7 @@ for i = 3, #ARGV, GROUP do
   end
   seen[id] = true
 end
-if not clash and #there * GROUP == #ARGV - 2 then return 0 end  -- resent: all there already
+if not clash and #there * GROUP == #ARGV - (FIRST - 1) then return 0 end  -- resent: all there already
 clash = clash or there[1]
 if clash then
   return redis.error_reply('EMQCONFLICT ' .. clash .. ' exists (or repeats in the flow): '
@@ -74,7 +78,7 @@ local function listed(parent, kid)
   end
   r[#r + 1], r[#r + 2] = kid, ''
 end
-for i = 3, #ARGV, GROUP do
+for i = FIRST, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local priority, max_attempts, lane, lifo = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local parent, policy, children = ARGV[i + 7], ARGV[i + 8], tonumber(ARGV[i + 9])
@@ -82,6 +86,7 @@ for i = 3, #ARGV, GROUP do
   if children > 0 then state = 'waiting' end
   local fields = row_fields(name, payload, state, priority, max_attempts, lane, now)
   if lifo == '1' then fields[#fields + 1], fields[#fields + 2] = 'lifo', '1' end
+  if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
   if parent ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'parent', parent
     fields[#fields + 1], fields[#fields + 2] = 'on_failure', policy

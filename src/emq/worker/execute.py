@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import traceback
 from collections import deque
@@ -106,12 +107,15 @@ class Held(Lease):
         "_ctx",
         "_report",
         "claimed",
+        "context",
         "deadline",
         "q",
         "returned",
         "settled",
+        "span",
         "spec",
         "started",
+        "started_at",
         "task",
     )
 
@@ -139,6 +143,11 @@ class Held(Lease):
         self.started = False  # its handler was started (a slot taken)
         self.returned = False  # its handler returned (the slot is free again)
         self.settled = False  # its outcome is decided (queued for the server, or discarded)
+        # set only by an observer (.observe: metrics or tracing): the handler's start (loop
+        # time), its consumer span, and the context the handler runs in (the span current)
+        self.started_at = 0.0
+        self.span: Any = None
+        self.context: contextvars.Context | None = None
 
     @property
     def ctx(self) -> JobContext:
@@ -265,7 +274,11 @@ class Slots:
             timeout = spec.timeout_ms or self.timeout_ms
             if timeout:
                 self._arm(job, now, timeout)
-            job.task = loop.create_task(self._run_async(job, spec.fn, spec.takes_ctx))
+            coro = self._run_async(job, spec.fn, spec.takes_ctx)
+            if job.context is None:
+                job.task = loop.create_task(coro)
+            else:  # traced: the handler runs with its consumer span current
+                job.task = loop.create_task(coro, context=job.context)
 
     def _start_other(self, job: Held, spec: HandlerSpec | None, now: float) -> None:
         """A job with no handler (fails at once, takes no slot) or a sync one (a thread)."""
@@ -280,7 +293,11 @@ class Slots:
         if timeout:
             self._arm(job, now, timeout)
         try:
-            work = self.executor.submit(spec.call, job.claimed.payload, job.ctx)
+            call, payload = spec.call, job.claimed.payload
+            if job.context is None:
+                work = self.executor.submit(call, payload, job.ctx)
+            else:  # traced: the handler runs with its consumer span current
+                work = self.executor.submit(job.context.run, call, payload, job.ctx)
         except RuntimeError as exc:  # the pool was shut down: the worker is closing
             self._returned(job)
             self.decide(job, self.fail(job, describe(exc), "shutdown"))

@@ -55,6 +55,9 @@ class WorkerOptions:
     (once per interval, the latest value wins; the last one is sent before the job's outcome).
     ``burst``: return once nothing is claimable and nothing runs (jobs waiting in
     ``schedule`` for a later time, such as retries in backoff, are left for the next run).
+    ``metrics_port``: serve this worker's Prometheus histograms (handler duration, wait
+    time) on ``metrics_host:metrics_port`` while it runs (0: any free port; None: no
+    endpoint, and no cost; docs/observability.md).
     """
 
     concurrency: int = 10
@@ -72,6 +75,8 @@ class WorkerOptions:
     burst: bool = False
     cancel_grace_ms: int = 10_000
     progress_interval_ms: int = 500
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         check_int("concurrency", self.concurrency, 1, 1000)
@@ -89,6 +94,10 @@ class WorkerOptions:
                 check_int(name, getattr(self, name), 1, unit="ms")
         if self.max_attempts is not None:
             check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        if self.metrics_port is not None:
+            check_int("metrics_port", self.metrics_port, 0, 65535)
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise InvalidOption("metrics_host must be a host name or address")
         if self.heartbeat_ms is not None and self.heartbeat_ms * 2 > self.lease_ms:
             raise InvalidOption(
                 f"heartbeat_ms ({self.heartbeat_ms}) must be at most half of lease_ms "

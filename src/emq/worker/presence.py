@@ -33,7 +33,7 @@ class Presence:
         running: Callable[[], int],
         log: logging.Logger,
         url: str = "",
-        metrics_port: Callable[[], int] = lambda: 0,
+        metrics_port: int = 0,
     ) -> None:
         self.client = client
         self.id = registry.new_worker_id()
@@ -59,7 +59,7 @@ class Presence:
             started_ms=self._started_ms,
             beat_ms=registry.now_ms(),
             version=__version__,
-            metrics_port=self._metrics_port(),
+            metrics_port=self._metrics_port,
         )
 
     async def beat(self) -> None:

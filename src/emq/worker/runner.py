@@ -38,6 +38,7 @@ from .execute import Held, Outcome, Slots
 from .heartbeat import Heartbeat, Lease
 from .log import Report, event
 from .maintenance import Maintenance
+from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .presence import Presence
 from .progress import Progress
@@ -85,8 +86,10 @@ class Runner:
             on_cancel=lambda lease, why: self._soon(self.cancels.requested, lease, why),
         )
         self.report = Report(log, stats)
+        self.observe = Observer.of(o, handlers)  # None: no metrics endpoint, no tracing
+        port = self.observe.port if self.observe is not None else 0
         self.presence = Presence(self.client, list(queues), o.concurrency,
-                                 lambda: self.slots.busy, log, factory.shown_url)  # fmt: skip
+                                 lambda: self.slots.busy, log, factory.shown_url, port)  # fmt: skip
         self.beat = Maintenance(self.queues, o, self.outage, self.report, self.presence)
         self._outbox_written = False
         by_name = {q.name: q for q in self.queues}
@@ -197,6 +200,8 @@ class Runner:
         await self.client.aclose()
         await self.blocking.aclose()
         self.sync.close()
+        if self.observe is not None:
+            self.observe.close()
         self.stats.outages = self.outage.count
         self.stats.abandoned = self.slots.abandoned
         self.stats.uncertain_acks = self.acks.uncertain
@@ -347,6 +352,8 @@ class Runner:
     def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
         name, beat, report = q.name, self.hb.beat_now, self.progress.put
         jobs = [Held(q, name, c, beat, report) for c in claimed]
+        if self.observe is not None:
+            self.observe.claimed(name, claimed)
         self.hb.add_many(jobs)
         self.ready.extend(jobs)
         self.stats.claimed += len(jobs)
@@ -366,8 +373,14 @@ class Runner:
     def start_ready(self) -> None:
         if self.stop.is_set():
             return  # unstarted jobs are given back by the drain
-        debug = self._log_start if self.log.isEnabledFor(DEBUG) else None
-        self.slots.start_ready(self.ready, debug)
+        hook = self._log_start if self.log.isEnabledFor(DEBUG) else None
+        if self.observe is not None:
+            hook = self._observed_start if hook else self.observe.started
+        self.slots.start_ready(self.ready, hook)
+
+    def _observed_start(self, job: Held) -> None:
+        self._log_start(job)
+        self.observe.started(job)  # type: ignore[union-attr]
 
     def _log_start(self, job: Held) -> None:
         c = job.claimed
@@ -386,6 +399,8 @@ class Runner:
             self._outbox_written = True  # its parent is in another queue: deliver soon
         if self.cancels.jobs:  # a cancelled job ends dead, cancelled (.cancels)
             outcome = self.cancels.outcome(job, outcome)
+        if self.observe is not None:
+            self.observe.settled(job, outcome)
         if outcome.kind == "discard":
             return  # the lease was refused: already dropped from the heartbeat
         if outcome.why == "timeout":

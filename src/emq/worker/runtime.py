@@ -38,7 +38,9 @@ class Worker:
     (the worker opens its own connections to the same server), or a list of them (all on one
     server). ``handlers``: job name -> ``handler(payload, ctx)`` or ``handler(payload)``,
     sync or ``async def``; more can be added with :meth:`handler` or :meth:`register`.
-    ``concurrency`` and ``lease_ms`` override the same fields of ``options``.
+    ``concurrency``, ``lease_ms`` and ``metrics_port`` (serve this worker's Prometheus
+    histograms there while it runs: docs/observability.md) override the same fields of
+    ``options``.
     ``queue_options`` apply to the queues given by name (durability, ``allow_eviction``, event
     cap); a :class:`~emq.Queue` given instead brings its own.
 
@@ -59,6 +61,7 @@ class Worker:
         lease_ms: int | None = None,
         logger: logging.Logger | None = None,
         queue_options: QueueOptions | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         items = [queues] if isinstance(queues, str | Queue | AsyncQueue) else list(queues)
         if not items:
@@ -72,7 +75,7 @@ class Worker:
         self.url = check_url(url) if url is not None else None
         self.options = options or WorkerOptions()
         self.queue_options = queue_options or QueueOptions()
-        self.configure(concurrency=concurrency, lease_ms=lease_ms)
+        self.configure(concurrency=concurrency, lease_ms=lease_ms, metrics_port=metrics_port)
         self.handlers: dict[str, HandlerSpec] = {}
         for name, fn in (handlers or {}).items():
             self.register(name, fn)
@@ -138,6 +141,15 @@ class Worker:
     @property
     def queue_names(self) -> list[str]:
         return [t if isinstance(t, str) else t.name for t in self._targets]
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of this worker's metrics endpoint while it runs (the port bound,
+        when ``metrics_port`` is 0), else None."""
+        run = self._runner
+        if run is None or run.observe is None or run.observe.metrics is None:
+            return None
+        return run.observe.metrics.host, run.observe.metrics.port
 
     @property
     def needs_url(self) -> bool:
