@@ -10,6 +10,7 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,23 @@ async def test_the_sampler_reads_what_counts_reads(url: str, queue: Queue, qname
     finally:
         other.obliterate(force=True)
         other.close()
+
+
+def test_charts_of_throughput_and_failure_rate() -> None:
+    from emq.dashboard.live import Live, Sample
+
+    live = Live(Dash("redis://127.0.0.1:1/0"))
+    assert live.charts("q")["through"] == "collecting…"
+    live.history["q"] = deque(
+        [Sample(0, 0, 0), Sample(5_000, 50, 0), Sample(10_000, 60, 10), Sample(15_000, 60, 10)]
+    )
+    through, failing = live.rates("q")
+    assert through == [10.0, 2.0, 0.0] and failing == [0.0, 0.5, 0.0]
+    charts = live.charts("q")
+    assert charts["through"] == "0.0/s" and charts["failing"] == "0%"
+    points = [p.split(",") for p in charts["through_points"].split()]
+    assert [float(x) for x, _ in points] == [0.0, 60.0, 120.0]
+    assert float(points[0][1]) < float(points[1][1]) < float(points[2][1])  # 10/s is highest
 
 
 def sse_counts(lines: Iterator[str]) -> dict[str, Any]:

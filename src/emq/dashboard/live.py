@@ -10,6 +10,9 @@ connection ends its generator (and its subscription) at once.
 
 Each event is ``event: counts`` with ``data: {"<queue>": {"pending": N, ..., "paused": 0|1}}``:
 the first one holds every watched queue, each later one the queues whose counts changed.
+A connection watching every queue (the overview) also gets ``event: charts`` each time the
+chart samples move (every :data:`HISTORY_EVERY` ticks), with :meth:`Live.charts` per queue
+(up to :data:`MAX_CHARTS` queues).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ SHOWN = ("pending", "active", "schedule", "waiting", "dead", "completed")
 ALL = "*"
 CHUNK = 100  # queues per round trip of the sampler
 MAX_WATCHED = 200  # queues one /events connection may name
+MAX_CHARTS = 200  # above this many queues the overview's charts are drawn on load only
 OLDEST_SCAN = 50  # pending ids looked at for the oldest waiting job (the first in order)
 
 
@@ -70,6 +74,7 @@ class Live:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._tick = 0
+        self.charts_version = 0
         self.closed = False
 
     def start(self) -> None:
@@ -114,6 +119,7 @@ class Live:
             if charts:
                 h = self.history.setdefault(name, deque(maxlen=HISTORY_S // HISTORY_EVERY + 1))
                 h.append(Sample(now, counts["completed"], counts["failed"]))
+        self.charts_version += int(charts)
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
@@ -130,6 +136,7 @@ class Live:
         self.start()
         wanted = set(queues)
         sent: dict[str, dict[str, int]] | None = None
+        charted = self.charts_version  # the page drew the charts as they are now
         try:
             yield "retry: 2000\n\n"
             while not self.closed:
@@ -148,6 +155,10 @@ class Live:
                 if sent is None or news:
                     sent = shown
                     yield f"event: counts\ndata: {json.dumps(news, sort_keys=True)}\n\n"
+                if not wanted and charted != self.charts_version and len(names) <= MAX_CHARTS:
+                    charted = self.charts_version
+                    lines = {n: self.charts(n) for n in sorted(names) if n in self.history}
+                    yield f"event: charts\ndata: {json.dumps(lines, ensure_ascii=False)}\n\n"
                 try:
                     await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
                 except TimeoutError:
@@ -155,6 +166,17 @@ class Live:
         finally:
             self._watched.subtract(watch)
             self._watched += Counter()  # drop the names no connection watches any more
+
+    def charts(self, name: str) -> dict[str, str]:
+        """The overview's two charts of ``name``: the latest figure as text and the points
+        of each line (see :meth:`rates`)."""
+        through, failing = self.rates(name)
+        return {
+            "through": f"{through[-1]:.1f}/s" if through else "collecting…",
+            "failing": f"{100 * failing[-1]:.0f}%" if failing else "collecting…",
+            "through_points": spark(through),
+            "failing_points": spark(failing, top=1.0),
+        }
 
     def rates(self, name: str) -> tuple[list[float], list[float]]:
         """Throughput (completed per second) and failure rate (failed / (completed +

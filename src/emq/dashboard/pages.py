@@ -21,7 +21,7 @@ from ..events import Event
 from ..ids import check_id
 from ..lanes import DEFAULT_LANE
 from ..records import Job
-from .live import SHOWN, Live, read_counts, spark
+from .live import SHOWN, Live, read_counts
 from .web import action_form, dash, done, render
 
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
@@ -45,17 +45,13 @@ async def _server_ms(request: Request) -> int:
 
 def _queue_summary(request: Request, name: str, counts: dict[str, int], now_ms: int) -> Any:
     live: Live = request.app.state.live
-    through, failing = live.rates(name)
     oldest = counts["oldest_ms"]
     return {
         "name": name,
         "counts": counts,
         "paused": bool(counts["paused"]),
         "oldest_ms": max(0, now_ms - oldest) if oldest else None,
-        "through": through[-1] if through else None,
-        "failing": failing[-1] if failing else None,
-        "through_points": spark(through),
-        "failing_points": spark(failing, top=1.0),
+        "charts": live.charts(name),
     }
 
 

@@ -19,6 +19,15 @@
         }
       });
     });
+    source.addEventListener("charts", function (ev) {
+      var data;
+      try { data = JSON.parse(ev.data); } catch (e) { return; }
+      var rows = document.querySelectorAll("tr[data-queue]");
+      for (var i = 0; i < rows.length; i++) {
+        var lines = data[rows[i].getAttribute("data-queue")];
+        if (lines) drawCharts(rows[i], lines);
+      }
+    });
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
@@ -39,6 +48,19 @@
       var state = row.querySelector("[data-state]");
       if (state) state.textContent = counts.paused ? "paused" : "running";
     }
+  }
+
+  function drawCharts(row, lines) {
+    ["through", "failing"].forEach(function (kind) {
+      var cell = row.querySelector('[data-chart="' + kind + '"]');
+      if (!cell) return;
+      var line = cell.querySelector("polyline");
+      var svg = cell.querySelector("svg");
+      var figure = cell.querySelector(".figure");
+      if (line) line.setAttribute("points", lines[kind + "_points"]);
+      if (figure) figure.textContent = lines[kind];
+      if (svg) svg.setAttribute("aria-label", svg.getAttribute("data-label") + ": " + lines[kind]);
+    });
   }
 
   // --- confirmation: a form with data-ask opens <dialog id="confirm"> first ---
