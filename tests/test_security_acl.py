@@ -53,6 +53,7 @@ DIRECT = {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
         "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
         "smembers", "sadd", "zrangebyscore", "get",  # emq stats, emq workers
+        "zscan", "watch", "unwatch",  # emq dead-letters (emq.deadletters)
     },
 }  # fmt: skip
 SCRIPTS_OF = {
@@ -341,6 +342,13 @@ def test_operator_cli_and_api_under_its_acl(acl: AclServer, q: Queue, qname: str
     assert len(dead) == 3
     assert run_cli("dead", qname, "redrive", dead[0]["id"], "--url", url) == {"redrive": 1}
     assert run_cli("dead", qname, "purge", dead[1]["id"], "--url", url) == {"purge": 1}
+    groups = run_cli("dead-letters", qname, "--url", url)["groups"]
+    assert [(g["error"], g["count"]) for g in groups] == [("boom", 1)]
+    extra = q.enqueue("extra", {}, priority=-1000)  # claimed first
+    (c,) = q.claim(1, 60_000)
+    assert c.id == extra and q.fail(c.id, c.token, "boom", retry=False) == "dead"
+    purged = run_cli("dead-letters", qname, "purge", "--name", "extra", "--url", url)
+    assert (purged["matched"], purged["moved"]) == (1, 1)  # ZSCAN, WATCH, MULTI, EXEC
     run_cli("pause", qname, "--url", url)
     run_cli("resume", qname, "--url", url)
     run_cli("sweep", qname, "--url", url)
