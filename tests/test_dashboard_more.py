@@ -13,14 +13,12 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from importlib.util import find_spec
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 
-from emq import Queue
+from emq import Queue, registry
 from emq.dashboard.app import create_app
 from emq.server import free_port
 
@@ -110,7 +108,6 @@ def test_every_page_renders_with_the_contract_markup(url: str, queue: Queue) -> 
 
 
 def test_search_finds_a_job_by_a_word_of_its_payload(url: str, queue: Queue) -> None:
-    pytest.importorskip("emq.search", reason="emq.search (the search module) is not there yet")
     wanted = str(queue.enqueue("invoice", {"note": "overdue wombat invoice"}))
     queue.enqueue("invoice", {"note": "paid in full"})
     with serve(url) as c:
@@ -182,9 +179,9 @@ def test_hostile_error_text_is_escaped(url: str, queue: Queue, client: Any) -> N
         page = c.get(f"/queues/{queue.name}/dead").text
         assert "<script>window.x" not in page and "<img src=x" not in page
         assert html.escape(HOSTILE, quote=True) in page  # the group's data-error attribute
-        if find_spec("emq.search") is not None:
-            found = c.get("/search", params={"queue": queue.name, "q": "script"}).text
-            assert "<script>window.x" not in found and "<img src=x" not in found
+        found = c.get("/search", params={"queue": queue.name, "q": "script"}).text
+        assert f'data-job="{job}"' in found
+        assert "<script>window.x" not in found and "<img src=x" not in found
         r = c.post(f"/queues/{queue.name}/dead/redrive", data={"csrf": csrf(c), "error": HOSTILE})
         op = r.headers["location"].split("?op=")[1]
         assert wait_done(c, op)["moved"] == 1
@@ -207,7 +204,6 @@ def test_the_race_lab_runs_on_the_server_and_shows_trace_and_readout(url: str) -
 
 
 def test_the_workers_page_lists_a_registered_worker(url: str, client: Any) -> None:
-    registry = pytest.importorskip("emq.registry")
     info = registry.WorkerInfo(
         id="host-a:4242:abcdef12", host="host-a", pid=4242, queues=("mail", "<b>x</b>"),
         concurrency=8, running=3, started_ms=int(time.time() * 1000) - 60_000,
