@@ -83,12 +83,10 @@ async def healthz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text of every queue (emq.metrics.render_queue_metrics, in a thread)."""
-    try:
-        render_metrics = import_module("emq.metrics").render_queue_metrics
-    except (ImportError, AttributeError):
-        return PlainTextResponse("metrics are not available in this emq\n", status_code=501)
+    from ..metrics import render_queue_metrics  # prometheus_client, on the first scrape
+
     dash: Dash = request.app.state.dash
-    body, content_type = await asyncio.to_thread(render_metrics, dash.url, None)
+    body, content_type = await asyncio.to_thread(render_queue_metrics, dash.url, None)
     return Response(body, media_type=content_type)
 
 
