@@ -121,8 +121,10 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def expect(locator: Any) -> Any:
+    """Playwright's ``expect``, retrying for up to 20 s unless told (a hang bound)."""
     from playwright.sync_api import expect as pw_expect
 
+    pw_expect.set_options(timeout=20_000)
     return pw_expect(locator)
 
 
@@ -579,47 +581,52 @@ def realistic_data(url: str, floor_dir: Path) -> str:
 
 
 @contextmanager
-def live_traffic(url: str, seconds: float) -> Iterator[None]:
-    """A real worker on ``invoices`` and ``webhooks`` (it keeps its entry in the registry),
-    fed for ``seconds`` (charges fail now and then) so the overview has rates to draw."""
+def live_traffic(url: str, seconds: float) -> Iterator[int]:
+    """Two real workers (each keeps its entry in the registry), one on ``invoices`` and
+    ``webhooks``, one on ``webhooks``, fed charges and deliveries for ``seconds`` (a charge
+    is declined now and then) so the overview has rates to draw; yields how many workers."""
     stop = threading.Event()
-    worker = Worker(["invoices", "webhooks"], url=url, concurrency=8)
+    workers = [
+        Worker(["invoices", "webhooks"], url=url, concurrency=8),
+        Worker(["webhooks"], url=url, concurrency=4),
+    ]
 
-    @worker.handler("deliver")
     def deliver(payload: Any) -> None:
-        stop.wait(0.02)
+        stop.wait(0.1)
 
-    @worker.handler("charge")
     def charge(payload: Any) -> None:
         stop.wait(0.05)
         if payload["amount_eur"] == 23:
             raise Permanent("card_declined: insufficient funds")
 
-    def feed() -> None:
-        invoices = Queue.from_url(url, "invoices")
-        n = 0
-        while not stop.is_set():
-            batch = [
-                {"customer": f"cus_{n + i:04}", "amount_eur": 19 + (n + i) % 7} for i in range(10)
-            ]
-            invoices.enqueue_many([("charge", b) for b in batch])
-            n += 10
-            stop.wait(0.2)
-            if n / 50 >= seconds:
-                break
-        invoices.close()
+    for w in workers:
+        w.register("deliver", deliver)
+    workers[0].register("charge", charge)
 
-    threads = [
-        threading.Thread(target=worker.run_sync, kwargs={"handle_signals": False}),
-        threading.Thread(target=feed),
-    ]
+    def feed() -> None:
+        invoices, hooks = Queue.from_url(url, "invoices"), Queue.from_url(url, "webhooks")
+        for n in range(0, int(seconds * 50), 10):  # about 50 charges and 25 deliveries a second
+            if stop.is_set():
+                break
+            charges = [{"customer": f"cus_{n + i:04}", "amount_eur": 19 + (n + i) % 7}
+                       for i in range(10)]  # fmt: skip
+            invoices.enqueue_many([("charge", c) for c in charges])
+            hooks.enqueue_many([("deliver", {"url": f"https://hooks.example.com/{n + i}"})
+                                for i in range(5)])  # fmt: skip
+            stop.wait(0.2)
+        invoices.close()
+        hooks.close()
+
+    threads = [threading.Thread(target=w.run_sync, kwargs={"handle_signals": False})
+               for w in workers] + [threading.Thread(target=feed)]  # fmt: skip
     for t in threads:
         t.start()
     try:
-        yield
+        yield len(workers)
     finally:
         stop.set()
-        worker.stop()
+        for w in workers:
+            w.stop()
         for t in threads:
             t.join(30)
 
@@ -634,7 +641,7 @@ def test_screenshots_of_every_page(browser: Any, tmp_path: Path, artifacts: Path
         job = realistic_data(srv.url(), floor)
         with (
             dashboard(srv.url(), tmp_path / "log", args=["--floor-dir", str(floor)]) as board,
-            live_traffic(srv.url(), 40 if UPDATING else 2),
+            live_traffic(srv.url(), 40 if UPDATING else 2) as n_workers,
             opened(browser, board) as page,
         ):
             page.goto("/")  # starts the sampler
@@ -653,7 +660,7 @@ def test_screenshots_of_every_page(browser: Any, tmp_path: Path, artifacts: Path
                 assert resp is not None and resp.status == 200, path
                 expect(page.locator("main#main h1")).to_be_visible()
                 if name == "workers":
-                    expect(page.locator("#workers tr[data-worker]")).to_have_count(1)
+                    expect(page.locator("#workers tr[data-worker]")).to_have_count(n_workers)
                 screenshot(page, name, artifacts, full=name == "job")
             page.goto("/race")
             page.locator("form#race").locator("button, input[type=submit]").first.click()
