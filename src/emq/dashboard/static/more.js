@@ -1,6 +1,6 @@
-// emq dashboard, dead letters and workers: a bulk move's progress polled from /bulk/<op>,
-// and the workers table refreshed every few seconds. No framework; the pages work without it
-// (reload them to see the latest figures).
+// emq dashboard, dead letters and workers: a bulk move's progress polled from /bulk/<op>
+// (and the groups redrawn when it is done), and the workers table refreshed every 3 s.
+// No framework; the pages work without it (reload them to see the latest figures).
 (function () {
   "use strict";
 
@@ -38,9 +38,26 @@
         }
         if (status.textContent !== d.status) status.textContent = d.status;
         if (!d.finished) setTimeout(tick, 300);
+        else refreshPart("#groups");
       });
     }
     tick();
+  }
+
+  // --- replace the element matching `selector` with the same one of a fresh copy of the page ---
+  function refreshPart(selector) {
+    if (!window.DOMParser) return;
+    var xhr = new XMLHttpRequest();
+    xhr.open("GET", window.location.href);
+    xhr.setRequestHeader("Accept", "text/html");
+    xhr.onload = function () {
+      if (xhr.status !== 200) return;
+      var page = new DOMParser().parseFromString(xhr.responseText, "text/html");
+      var fresh = page.querySelector(selector);
+      var here = document.querySelector(selector);
+      if (fresh && here) here.replaceWith(document.importNode(fresh, true));
+    };
+    xhr.send();
   }
 
   // --- [data-refresh="workers"]: the table rewritten from a fresh copy of the page ---
@@ -48,18 +65,7 @@
     var box = document.querySelector('[data-refresh="workers"]');
     if (!box || !window.DOMParser) return;
     setInterval(function () {
-      if (document.hidden) return;
-      var xhr = new XMLHttpRequest();
-      xhr.open("GET", window.location.href);
-      xhr.setRequestHeader("Accept", "text/html");
-      xhr.onload = function () {
-        if (xhr.status !== 200) return;
-        var page = new DOMParser().parseFromString(xhr.responseText, "text/html");
-        var fresh = page.querySelector('[data-refresh="workers"] tbody');
-        var here = box.querySelector("tbody");
-        if (fresh && here) here.replaceWith(document.importNode(fresh, true));
-      };
-      xhr.send();
+      if (!document.hidden) refreshPart("#workers tbody");
     }, 3000);
   }
 
