@@ -235,6 +235,7 @@ def spark(values: list[float], width: int = 120, height: int = 28, top: float | 
     (numbers only, so it is safe in an attribute)."""
     if not values:
         return ""
+    values = values * 2 if len(values) == 1 else values  # one reading: a level line
     most = top if top is not None else max(max(values), 1e-9)
     step = width / max(1, len(values) - 1)
     return " ".join(
