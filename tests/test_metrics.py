@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -16,7 +17,7 @@ import redis
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from emq import Backoff, Queue, Worker, WorkerOptions
+from emq import Backoff, EmqError, Queue, Worker, WorkerOptions
 from emq.cli.main import cli
 from emq.ids import decode, encode
 from emq.metrics import render_queue_metrics, sample
@@ -124,6 +125,18 @@ def test_the_oldest_waiting_age_reads_the_ids_time(
     assert s.sizes["pending"] == 2 and not s.paused
 
 
+def test_lanes_count_in_pending_and_in_the_oldest_age(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    old = encode(decode(queue.new_id()) - (30_000 << 22))  # minted 30 s ago
+    queue.enqueue("x", id=old, lane="tenant-1")
+    queue.enqueue("x", lane="tenant-2")
+    queue.enqueue("x")
+    (s,) = sample(client, [qname])
+    assert s.sizes["pending"] == queue.counts()["pending"] == 3
+    assert 30 <= s.oldest_age_s < 30 + 60
+
+
 @pytest.mark.timeout(60)
 async def test_a_worker_serves_its_histograms(url: str, queue: Queue, qname: str) -> None:
     w = fill_and_run(url, qname, metrics_port=0)
@@ -186,3 +199,17 @@ def test_emq_metrics_serve_and_show(url: str, queue: Queue, qname: str) -> None:
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+async def test_a_metrics_port_in_use_is_one_clear_error(url: str, qname: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        w = Worker(qname, {"x": lambda p: None}, url=url, metrics_port=port)
+        with pytest.raises(
+            EmqError, match=f"cannot serve the worker's metrics on 127.0.0.1:{port}"
+        ):
+            await asyncio.wait_for(w.run(), 30)
+    refused = CliRunner().invoke(cli, ["worker", "x:y", "--processes", "2", "--metrics-port", "9"])
+    assert refused.exit_code == 2 and "must be 0" in refused.output

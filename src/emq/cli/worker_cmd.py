@@ -165,6 +165,13 @@ def setup_logging(fmt: str, level: str) -> None:
 @click.option("--grace-ms", type=int, default=None, help="Shutdown grace period (30000).")
 @click.option("--timeout-ms", type=int, default=None, help="Default attempt timeout (300000).")
 @click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve this worker's Prometheus histograms on 127.0.0.1:PORT (0: any free port; "
+    "with --processes, 0 only: each process binds its own, listed by emq workers).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["json", "text"]),
     default=None,
@@ -197,6 +204,7 @@ def worker(
     max_stalled: int | None,
     grace_ms: int | None,
     timeout_ms: int | None,
+    metrics_port: int | None,
     log_format: str | None,
     log_level: str,
     as_json: bool,
@@ -211,6 +219,9 @@ def worker(
     """
     if not 1 <= processes <= MAX_PROCESSES:
         raise InvalidOption(f"--processes must be 1..{MAX_PROCESSES}, got {processes}")
+    if processes > 1 and metrics_port:
+        raise InvalidOption("--metrics-port with --processes must be 0 (each process binds a "
+                            "free port of its own; emq workers lists them)")  # fmt: skip
     if as_json and log_format == "text":
         raise InvalidOption("--json and --log-format text contradict each other; pick one")
     setup_logging(log_format or "json", log_level)
@@ -230,6 +241,7 @@ def worker(
         max_stalled=max_stalled,
         grace_ms=grace_ms,
         timeout_ms=timeout_ms,
+        metrics_port=metrics_port,
     )
     choose_url(w, url)
     check_server(w)

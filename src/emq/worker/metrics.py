@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
+from ..errors import EmqError
+
 DURATION_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     300.0,
@@ -54,7 +56,12 @@ class WorkerMetrics:
         )
         self._waits: dict[tuple[str, str], Any] = {}  # labels -> the histogram's child
         self._runs: dict[tuple[str, str, str], Any] = {}
-        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:  # a port in use, an address not of this machine
+            raise EmqError(
+                f"cannot serve the worker's metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
         self.port: int = self._server.server_port
         self.host = host
 
