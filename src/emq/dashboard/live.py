@@ -92,11 +92,18 @@ class Live:
             self._task = None
 
     async def _run(self) -> None:
+        failing = False  # logged once per outage, not once a second
         while not self.closed:
             try:
                 await self.sample()
             except Exception as exc:  # a server hiccup must not end the live page
-                log.warning("dashboard sampler: %s", exc)
+                if not failing:
+                    log.warning("dashboard: cannot read the counts (%s); retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.warning("dashboard: reading the counts again")
+                failing = False
             await asyncio.sleep(INTERVAL_S)
 
     async def sample(self) -> None:
