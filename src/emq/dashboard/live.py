@@ -149,7 +149,8 @@ class Live:
             while not self.closed:
                 changed = self._changed
                 if sent is None and self.version == 0:
-                    await self.sample()  # the first connection: read now, not in a second
+                    with contextlib.suppress(Exception):  # the sampler's loop logs and retries
+                        await self.sample()  # the first connection: read now, not in a second
                 names = wanted or set(self.names)
                 shown = {
                     n: {k: c[k] for k in (*SHOWN, "paused")}
