@@ -13,11 +13,11 @@ import redis
 from click.testing import CliRunner
 
 from emq import AsyncQueue, Queue
-from emq.archive import Archive, Floor
+from emq.archive import Archive, Floor, LocalDir, restore, ship
 from emq.archive.floor import SCHEMA
 from emq.cli.main import cli
 from emq.errors import EmqError, InvalidId, InvalidName, InvalidOption
-from emq.events import read_range
+from emq.events import Event, id_after, read_range
 from emq.search import Hit, SearchQuery, asearch, parse_when, search
 
 
@@ -149,6 +149,37 @@ def test_a_version_1_floor_is_upgraded_and_indexed(queue: Queue, tmp_path: Path)
         assert found.fetchone() == (1,)
     assert ids(search(queue, SearchQuery(text="declined"), floor=f)) == [job]
     f.close()
+
+
+def fts_rows(f: Floor, word: str) -> int:
+    with f.reading() as db:
+        sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
+        return int(db.execute(sql, (f'"{word}"',)).fetchone()[0])
+
+
+def test_the_index_is_written_by_the_fold_once_and_in_its_transaction(
+    queue: Queue, tmp_path: Path
+) -> None:
+    f = Floor(tmp_path / "f.sqlite3", queue=queue.name)
+    job = str(queue.enqueue("invoice", {"note": "quokka"}))
+    fail_dead(queue, "card declined")
+    events = list(queue.events())
+    assert f.fold(events) == len(events)
+    assert f.fold(events) == 0 and f.fold(events[1:]) == 0  # re-folded: indexed once
+    assert (fts_rows(f, "quokka"), fts_rows(f, "invoice"), fts_rows(f, "declined")) == (1, 2, 1)
+    w = f.watermark()
+    bad = Event(id_after(events[-1].id), "retrying", job, {"error": 5})  # type: ignore[dict-item]
+    with pytest.raises(TypeError):  # the index refuses it: rows and W roll back with it
+        f.fold([bad, Event(id_after(bad.id), "claimed", job, {"attempts": "2"})])
+    assert (f.count(), f.watermark()) == (len(events), w)
+    ship(f, LocalDir(tmp_path / "shipped"), segment_size=2, flush=True)
+    fresh = Floor(tmp_path / "restored.sqlite3", queue=queue.name)
+    restore(LocalDir(tmp_path / "shipped"), fresh)  # a restored floor is indexed too
+    assert fts_rows(fresh, "quokka") == 1
+    queue.remove(job)
+    assert ids(search(queue, SearchQuery(text="quokka declined"), floor=fresh)) == [job]
+    f.close()
+    fresh.close()
 
 
 def test_hostile_query_text_is_words_only(queue: Queue, tmp_path: Path) -> None:

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .archive.floor import Floor, FloorError, default_path
-from .archive.fts import ENDED, FloorHit, FloorQuery, Term, search_floor, snippet, terms
+from .archive.fts import ENDED, Term, snippet, terms
 from .archive.fts import text_matches as _matches
+from .archive.fts_query import FloorHit, FloorQuery, search_floor
 from .checks import shown
 from .errors import InvalidOption
 from .ids import ID_PATTERN, check_id

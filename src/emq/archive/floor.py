@@ -14,7 +14,7 @@ one transaction (its full-text index built from the rows it holds):
 - ``segments``: closed, immutable id ranges of ``events`` (numbered 1, 2, ...), with what
   shipping them to object storage recorded.
 - version 2: ``events_fts`` (FTS5 over the events' text), ``events_by_name`` and
-  ``events_ended``, kept by a trigger in the fold's transaction (:mod:`emq.archive.fts`).
+  ``events_ended``, written by the fold in its transaction (:mod:`emq.archive.fts`).
 
 Guarantees: a fold is one transaction (rows, their index entries and the new W together, or
 neither); it is
@@ -37,7 +37,7 @@ from pathlib import Path
 from ..errors import EmqError
 from ..events import Event, format_id, parse_id
 from ..keys import check_queue_name
-from .fts import FTS_SCHEMA, migrate_to_2
+from .fts import FTS_SCHEMA, index_events, migrate_to_2, new_entries
 
 SCHEMA_VERSION = 2
 _compact = json.JSONEncoder(separators=(",", ":")).encode
@@ -213,8 +213,10 @@ class Floor:
             return 0
         rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in entries]
         with self._tx() as db:
+            fresh = new_entries(db, entries) if self.has_fts else []
             cur = db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
-            inserted = cur.rowcount  # rows of events only (the trigger's rows are not counted)
+            inserted = cur.rowcount
+            index_events(db, fresh)
             self._advance(db, entries[-1].id)
         return inserted
 
@@ -317,8 +319,10 @@ class Floor:
                 (seg.no, *parse_id(seg.first), *parse_id(seg.last), seg.events, _now_ms(),
                  seg.sha256, seg.bytes, seg.shipped_ms or _now_ms()),
             )  # fmt: skip
+            fresh = new_entries(db, events) if self.has_fts else []
             rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in events]
             db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
+            index_events(db, fresh)
             self._advance(db, seg.last)
 
     def close(self) -> None:
