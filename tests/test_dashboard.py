@@ -383,6 +383,21 @@ def sse_counts(lines: Iterator[str]) -> dict[str, Any]:
     raise AssertionError("the event stream ended")
 
 
+def test_the_overview_stream_covers_a_queue_newer_than_the_app(url: str, qname: str) -> None:
+    with serve(url) as c:
+        live = c.app.state.live  # type: ignore[attr-defined]
+        with Queue.from_url(url, qname) as queue:
+            queue.enqueue("work", None)
+        assert qname in c.get("/").text
+        assert qname in live.names  # the page told the sampler, before its next names reading
+        with c.stream("GET", "/events") as r:
+            lines = r.iter_lines()
+            deadline = time.monotonic() + BOUND_S
+            while qname not in (got := sse_counts(lines)):
+                assert time.monotonic() < deadline
+        assert got[qname]["pending"] == 1
+
+
 def test_events_push_counts_of_the_watched_queue(url: str, queue: Queue, qname: str) -> None:
     queue.enqueue("work", None)
     with serve(url) as c:
