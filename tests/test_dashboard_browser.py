@@ -9,9 +9,17 @@ shows no action and refuses a forged one; a dashboard off loopback that refuses 
 until the token is given; Tab reaches the actions; a phone width needs no sideways scroll.
 Screenshots of every page are saved as artefacts (``browser_support.screenshot``).
 
-The markup the tests rely on is the contract in docs/dashboard.md's source pages (ids,
-``data-*`` attributes); skipped without chromium or playwright unless
-``EMQ_REQUIRE_BROWSER=1``.
+The markup these tests rely on (keep it stable when editing the templates): ``<main id="main">``
+with one ``<h1>``; the overview's ``tr[data-queue][data-paused]`` with ``td[data-count=LOC]``;
+the queue page's ``#jobs tr[data-job]``; the job page's ``#payload``, ``#error`` and
+``#timeline li[data-event]``; ``form#search`` (fields ``queue``, ``q``) and ``#results
+tr[data-job][data-source]``; the dead letters' ``#groups tr[data-error]`` with ``td[data-count]``,
+``#bulk-progress`` and ``#bulk-status`` (ending in "done"); ``#workers tr[data-worker]``;
+``form#race`` and ``#race-readout``; ``form#login input[name=token]``; every action a
+``button[data-action=NAME]``, a dangerous one confirmed in ``dialog#confirm`` by
+``button[data-confirm]``; ``#flash`` after an action.
+
+Skipped without chromium or playwright unless ``EMQ_REQUIRE_BROWSER=1`` (``browser_support``).
 """
 
 from __future__ import annotations
