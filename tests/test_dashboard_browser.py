@@ -517,6 +517,11 @@ def test_the_main_actions_are_reachable_with_tab_and_have_accessible_names(
     assert "redrive" in {f["action"] for f in reached}, reached
     assert all(f["name"] for f in reached), [f for f in reached if not f["name"]]
 
+    page.goto(f"/queues/{queue.name}/dead")
+    reached = tab_through(page)
+    assert {"bulk-redrive", "bulk-purge"} <= {f["action"] for f in reached}, reached
+    assert all(f["name"] for f in reached), [f for f in reached if not f["name"]]
+
     page.goto("/search")
     unlabelled = page.locator("form#search input, form#search select").evaluate_all(
         f"els => els.filter(e => e.type !== 'hidden' && e.type !== 'submit' && !({NAME_OF})(e))"
