@@ -66,6 +66,8 @@ def test_live_search_by_each_criterion(queue: Queue, tmp_path: Path) -> None:
     assert find(since_ms=newest + 1) == []
     assert set(find(until_ms=newest)) == {dead, running, waiting, later}
     assert len(find(limit=2)) == 2
+    laned = str(queue.enqueue("charge", {"memo": "kiwi"}, lane="eu"))  # a lane's pending set
+    assert find(text="kiwi") == [laned] and set(find(state="pending")) == {waiting, laned}
 
 
 def archived_dead_job(queue: Queue, client: redis.Redis, floor: Path) -> str:
@@ -98,6 +100,7 @@ def test_floor_finds_a_dead_job_after_its_live_events_were_trimmed(
         SearchQuery(text="451"),  # the first attempt's error, in its retrying event
         SearchQuery(job_id=job),
         SearchQuery(text=job),
+        SearchQuery(text=f"{job} mailbox"),  # the id is a word of the index too
         SearchQuery(name="invoice"),
         SearchQuery(name="invoice", text="smtp"),
         SearchQuery(state="dead"),
@@ -167,6 +170,7 @@ def test_the_index_is_written_by_the_fold_once_and_in_its_transaction(
     assert f.fold(events) == len(events)
     assert f.fold(events) == 0 and f.fold(events[1:]) == 0  # re-folded: indexed once
     assert (fts_rows(f, "quokka"), fts_rows(f, "invoice"), fts_rows(f, "declined")) == (1, 2, 1)
+    assert fts_rows(f, job) == 2  # the job id is a word of its enqueued and dead events
     w = f.watermark()
     bad = Event(id_after(events[-1].id), "retrying", job, {"error": 5})  # type: ignore[dict-item]
     with pytest.raises(TypeError):  # the index refuses it: rows and W roll back with it

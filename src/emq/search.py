@@ -18,7 +18,8 @@ operators are never query syntax), ``job_id`` (exact), ``name`` (exact), ``state
 range on the time of the matching record (a live row's death, completion or creation; in the
 floor, the matching event). A job found in both places is one hit, ``source="both"``, its
 state the live one. Hits are newest first; a job's current state decides ``state``, so a
-floor hit whose job lives on in another state is dropped.
+floor hit whose job lives on in another state is dropped. A state a job has only while it
+is live (pending, schedule, active, waiting) is answered by the live rows alone.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ CHUNK = 500  # rows per pipeline
 MAX_LIMIT = 1_000
 MAX_TEXT = 1_000
 LOCATIONS = ("pending", "schedule", "active", "waiting", "dead", "completed")
+WAITING_OR_RUNNING = ("pending", "schedule", "active", "waiting")  # live rows only
 STATES = frozenset(LOCATIONS) | frozenset(ENDED)
 ROW_FIELDS = ("state", "name", "payload", "last_error", "created_at", "died_at",
               "completed_at", "cancelled")  # fmt: skip
@@ -184,7 +186,7 @@ def live_hit(p: _Plan, job_id: str, row: dict[str, str]) -> Hit | None:
     """The hit a live row makes for ``p``, None if it does not match."""
     q = p.q
     error = row.get("last_error") or None
-    texts = (row.get("payload"), error, row.get("cancelled"), row.get("name"))
+    texts = (row.get("payload"), error, row.get("cancelled"), row.get("name"), job_id)
     by_id = q.job_id is None and job_id in p.ids  # the text is this job's id
     if p.text and not by_id and not _matches(list(p.text), *texts):
         return None
@@ -251,11 +253,9 @@ def _open_floor(queue: str, floor: FloorArg) -> tuple[Floor | None, bool]:
 
 
 def floor_part(queue: str, p: _Plan, floor: FloorArg) -> list[FloorHit]:
-    """The floor's hits for ``p`` (none without a floor, or for a waiting or running state
-    alone, which the live rows answer)."""
-    if p.q.state in ("pending", "schedule", "active", "waiting") and not (
-        p.text or p.ids or p.q.name
-    ):
+    """The floor's hits for ``p``: none without a floor, or for a state a job has only while
+    it is live (pending, schedule, active, waiting), which its row answers."""
+    if p.q.state in WAITING_OR_RUNNING:
         return []
     db, owned = _open_floor(queue, floor)
     if db is None:

@@ -9,9 +9,10 @@ an entry indexes nothing twice):
   carries text: ``enqueued`` (the name), ``dead`` (name, payload, error), ``retrying``
   (error), ``cancelled`` and ``cancel_requested`` (the reason). Column ``name`` is the job's
   name (for events without a ``name`` field, that of the job's ``enqueued`` event in the
-  floor), ``body`` the rest. Its rowid encodes the stream id, ``(ms - EPOCH_MS) << 22 | seq``,
-  so rowid order is stream order and a time range is a rowid range. An entry with
-  ``seq >= 2**22`` (more than four million events in one millisecond) is not indexed.
+  floor), ``body`` the job id and the rest. Its rowid encodes the stream id,
+  ``(ms - EPOCH_MS) << 22 | seq``, so rowid order is stream order and a time range is a
+  rowid range. An entry with ``seq >= 2**22`` (more than four million events in one
+  millisecond) is not indexed.
 - ``events_by_name``: an index on the ``name`` field of ``enqueued`` and ``dead`` events,
   with the time.
 - ``events_ended``: an index on the ending events (``completed``, ``dead``, ``cancelled``,
@@ -58,7 +59,7 @@ BACKFILL = f"""INSERT INTO events_fts (rowid, name, body)
 SELECT (e.ms - {EPOCH_MS}) * {SEQ_LIMIT} + e.seq,
     coalesce(json_extract(e.fields, '$.name'), (SELECT json_extract(n.fields, '$.name')
         FROM events n WHERE n.job = e.job AND n.event = 'enqueued' LIMIT 1), ''),
-    coalesce(json_extract(e.fields, '$.payload'), '') || ' '
+    e.job || ' ' || coalesce(json_extract(e.fields, '$.payload'), '') || ' '
         || coalesce(json_extract(e.fields, '$.error'), '') || ' '
         || coalesce(json_extract(e.fields, '$.reason'), '')
 FROM events e WHERE e.job IS NOT NULL AND e.event IN ({_IN_TEXT}) AND e.seq < {SEQ_LIMIT}
@@ -109,7 +110,7 @@ def index_events(db: sqlite3.Connection, fresh: Iterable[Event]) -> None:
                 name = names[e.job] = _enqueued_name(db, e.job)
         elif e.event == "enqueued":
             names[e.job] = name
-        body = " ".join(t for t in (f.get("payload"), f.get("error"), f.get("reason")) if t)
+        body = " ".join(t for t in (e.job, f.get("payload"), f.get("error"), f.get("reason")) if t)
         rows.append((rowid_of(ms, seq), name, body))
     db.executemany(_INSERT, rows)
 
@@ -136,6 +137,8 @@ MAX_WORD = 64
 def fold_text(text: str) -> str:
     """Case- and accent-folded text, as the ``unicode61 remove_diacritics 2`` tokenizer
     compares it."""
+    if text.isascii():
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 

@@ -121,8 +121,14 @@ def summary(db: sqlite3.Connection, job: str) -> _Summary:
     return s
 
 
-def _texts(fields: dict[str, str]) -> tuple[str | None, ...]:
-    return (fields.get("payload"), fields.get("error"), fields.get("reason"), fields.get("name"))
+def _texts(fields: dict[str, str], job: str) -> tuple[str | None, ...]:
+    return (
+        fields.get("payload"),
+        fields.get("error"),
+        fields.get("reason"),
+        fields.get("name"),
+        job,
+    )
 
 
 def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Row]:
@@ -185,7 +191,7 @@ def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[Fl
             q.text
             and not indexed_text
             and not is_id
-            and not text_matches(list(q.text), *_texts(fields))
+            and not text_matches(list(q.text), *_texts(fields, job))
         ):
             continue
         seen.add(job)
@@ -196,7 +202,7 @@ def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[Fl
             continue
         if is_id and q.text and not q.text_is_id and not _job_text_matches(db, job, q.text):
             continue
-        text = _texts(fields)
+        text = _texts(fields, job)
         snip = snippet(list(q.text), *text) if q.text else snippet([], s.payload, s.error, *text)
         hits.append(FloorHit(job, s.name, s.state or "unknown", ms, snip, s.error))
     return hits
@@ -204,5 +210,5 @@ def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[Fl
 
 def _job_text_matches(db: sqlite3.Connection, job: str, text: tuple[Term, ...]) -> bool:
     rows = db.execute(f"{_SELECT} WHERE job = ? ORDER BY ms DESC, seq DESC LIMIT 500", (job,))
-    texts = [t for r in rows for t in _texts(fields_of(r[3]))]
+    texts = [t for r in rows for t in _texts(fields_of(r[3]), job)]
     return text_matches(list(text), *texts)
