@@ -211,9 +211,10 @@ class Floor:
         transaction. Returns how many rows were new; entries already present are skipped."""
         if not entries:
             return 0
-        rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in entries]
+        keyed = [(e, e.key) for e in entries]
+        rows = [(*k, e.id, e.job, e.event, _compact(e.fields)) for e, k in keyed]
         with self._tx() as db:
-            fresh = new_entries(db, entries) if self.has_fts else []
+            fresh = new_entries(db, keyed) if self.has_fts else []
             cur = db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
             inserted = cur.rowcount
             index_events(db, fresh)
@@ -319,8 +320,9 @@ class Floor:
                 (seg.no, *parse_id(seg.first), *parse_id(seg.last), seg.events, _now_ms(),
                  seg.sha256, seg.bytes, seg.shipped_ms or _now_ms()),
             )  # fmt: skip
-            fresh = new_entries(db, events) if self.has_fts else []
-            rows = [(*e.key, e.id, e.job, e.event, _compact(e.fields)) for e in events]
+            keyed = [(e, e.key) for e in events]
+            fresh = new_entries(db, keyed) if self.has_fts else []
+            rows = [(*k, e.id, e.job, e.event, _compact(e.fields)) for e, k in keyed]
             db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
             index_events(db, fresh)
             self._advance(db, seg.last)

@@ -13,14 +13,15 @@ an entry indexes nothing twice):
   ``(ms - EPOCH_MS) << 22 | seq``, so rowid order is stream order and a time range is a
   rowid range. An entry with ``seq >= 2**22`` (more than four million events in one
   millisecond) is not indexed.
-- ``events_by_name``: an index on the ``name`` field of ``enqueued`` and ``dead`` events,
-  with the time.
-- ``events_ended``: an index on the ending events (``completed``, ``dead``, ``cancelled``,
-  ``removed``), by event and time.
+- ``events_ended``: an index of the rare ending events (``dead``, ``cancelled``, ``removed``)
+  by event and time; ``completed`` events are common enough to be found by the time scan.
 
-Not a trigger: an FTS5 insert made by a trigger flushes the index at every row (a statement
-savepoint each), which made the fold 3 to 6 times slower; one ``executemany`` per fold does
-not.
+A search by name uses the ``name`` column of ``events_fts`` (every job has an ``enqueued``
+row there), then compares the name exactly. Not a trigger: an FTS5 insert made by a trigger
+flushes the index at every row (a statement savepoint each), which made the fold 3 to 6
+times slower; one ``executemany`` per fold does not. (An index on the ``name`` field and
+``completed`` in ``events_ended`` were tried and left out: together they cost the fold a
+fifth of its speed for what the FTS table and the time scan already answer.)
 
 The payload of a job is in its ``dead`` event only (``enqueued`` carries the name, not the
 payload), so the floor finds payload words of dead jobs; live rows hold the payload of
@@ -42,17 +43,15 @@ SEQ_BITS = 22
 SEQ_LIMIT = 1 << SEQ_BITS
 MS_SPAN = 1 << 41  # indexed ms: strictly within EPOCH_MS +- 2**41 (1954 to 2093): fits 64 bits
 TEXT_EVENTS = ("enqueued", "dead", "retrying", "cancelled", "cancel_requested")
-NAMED = "event IN ('enqueued', 'dead')"  # the events with a name field (events_by_name)
 ENDED = ("completed", "dead", "cancelled", "removed")
-IN_ENDED = "event IN (" + ", ".join(f"'{e}'" for e in ENDED) + ")"
+RARE_ENDS = ("dead", "cancelled", "removed")  # indexed by events_ended
+IN_RARE_ENDS = "event IN (" + ", ".join(f"'{e}'" for e in RARE_ENDS) + ")"
 _IN_TEXT = ", ".join(f"'{e}'" for e in TEXT_EVENTS)
 
 FTS_SCHEMA = [
     "CREATE VIRTUAL TABLE events_fts USING fts5(name, body, content='', detail=column,"
     " columnsize=0, tokenize='unicode61 remove_diacritics 2')",
-    f"CREATE INDEX events_by_name ON events (json_extract(fields, '$.name'), ms, seq)"
-    f" WHERE {NAMED}",
-    f"CREATE INDEX events_ended ON events (event, ms, seq) WHERE {IN_ENDED}",
+    f"CREATE INDEX events_ended ON events (event, ms, seq) WHERE {IN_RARE_ENDS}",
 ]
 _INSERT = "INSERT INTO events_fts (rowid, name, body) VALUES (?, ?, ?)"
 BACKFILL = f"""INSERT INTO events_fts (rowid, name, body)
@@ -68,39 +67,42 @@ ORDER BY e.ms, e.seq"""
 
 
 def migrate_to_2(db: sqlite3.Connection) -> None:
-    """Add the FTS table and the two indexes, and index every event already in the floor
+    """Add the FTS table and ``events_ended``, and index every event already in the floor
     (inside the caller's transaction)."""
     for statement in FTS_SCHEMA:
         db.execute(statement)
     db.execute(BACKFILL)
 
 
-def new_entries(db: sqlite3.Connection, entries: Sequence[Event]) -> list[Event]:
+Keyed = tuple[Event, tuple[int, int]]  # an entry and its stream id as (ms, seq)
+
+
+def new_entries(db: sqlite3.Connection, entries: Sequence[Keyed]) -> list[Keyed]:
     """The entries not in the floor yet (one range read: a fold above W finds none there),
     each id once: what the fold's ``INSERT OR IGNORE`` is about to add."""
     if not entries:
         return []
-    keys = [e.key for e in entries]
+    keys = [k for _, k in entries]
     lo, hi = min(keys), max(keys)
     sql = "SELECT ms, seq FROM events WHERE (ms, seq) >= (?, ?) AND (ms, seq) <= (?, ?)"
     seen = set(db.execute(sql, (*lo, *hi)).fetchall())
+    if not seen and len(set(keys)) == len(keys):
+        return list(entries)
     fresh = []
-    for e, key in zip(entries, keys, strict=True):
+    for e, key in entries:
         if key not in seen:
             seen.add(key)
-            fresh.append(e)
+            fresh.append((e, key))
     return fresh
 
 
-def index_events(db: sqlite3.Connection, fresh: Iterable[Event]) -> None:
+def index_events(db: sqlite3.Connection, fresh: Iterable[Keyed]) -> None:
     """Add ``events_fts`` rows for ``fresh`` (entries just inserted, never before)."""
     names: dict[str, str] = {}
     rows = []
-    for e in fresh:
-        if e.job is None or e.event not in TEXT_EVENTS:
-            continue
-        ms, seq = e.key
-        if seq >= SEQ_LIMIT or not EPOCH_MS - MS_SPAN < ms < EPOCH_MS + MS_SPAN:
+    lo, hi = EPOCH_MS - MS_SPAN, EPOCH_MS + MS_SPAN
+    for e, (ms, seq) in fresh:
+        if e.job is None or e.event not in TEXT_EVENTS or seq >= SEQ_LIMIT or not lo < ms < hi:
             continue
         f = e.fields
         name = f.get("name")
@@ -111,7 +113,7 @@ def index_events(db: sqlite3.Connection, fresh: Iterable[Event]) -> None:
         elif e.event == "enqueued":
             names[e.job] = name
         body = " ".join(t for t in (e.job, f.get("payload"), f.get("error"), f.get("reason")) if t)
-        rows.append((rowid_of(ms, seq), name, body))
+        rows.append(((ms - EPOCH_MS) * SEQ_LIMIT + seq, name, body))
     db.executemany(_INSERT, rows)
 
 

@@ -16,8 +16,8 @@ from typing import Any
 from .fts import (
     ENDED,
     EPOCH_MS,
-    IN_ENDED,
-    NAMED,
+    IN_RARE_ENDS,
+    RARE_ENDS,
     SEQ_BITS,
     SEQ_LIMIT,
     Term,
@@ -132,7 +132,9 @@ def _texts(fields: dict[str, str], job: str) -> tuple[str | None, ...]:
 
 
 def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Row]:
-    """Rows (job, ms, event, fields) newest first, from the most selective index."""
+    """Rows (job, ms, event, fields) newest first, from the most selective index: the job
+    index for ids, the FTS table for text and names, ``events_ended`` for a rare end, else
+    the primary key (time)."""
     lo = _NO_LOWER if q.since_ms is None else q.since_ms
     hi = _NO_UPPER if q.until_ms is None else q.until_ms
     for job in q.job_ids:
@@ -140,8 +142,8 @@ def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Ro
         yield from db.execute(sql, (job, lo, hi))
     if q.job_ids and not q.text_is_id:
         return
-    if q.text and fts:
-        names = terms(q.name) if q.name else []
+    names = terms(q.name) if q.name else []
+    if fts and (q.text or names):
         sql = (
             "SELECT e.job, e.ms, e.event, e.fields FROM events_fts f JOIN events e"
             f" ON e.ms = (f.rowid >> {SEQ_BITS}) + {EPOCH_MS}"
@@ -150,16 +152,9 @@ def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Ro
         )
         args = (match_expr(list(q.text), names), rowid_of(lo), rowid_of(hi, SEQ_LIMIT - 1))
         yield from iter_rows(db, sql, args)
-    elif q.name and fts and not q.text:
+    elif fts and q.states and q.states <= set(RARE_ENDS):
         sql = (
-            f"{_SELECT} WHERE {NAMED} AND json_extract(fields, '$.name') = ?"
-            " AND ms BETWEEN ? AND ?"
-            " ORDER BY ms DESC, seq DESC"
-        )
-        yield from iter_rows(db, sql, (q.name, lo, hi))
-    elif q.states and fts and not q.text and q.states <= set(ENDED):
-        sql = (
-            f"{_SELECT} WHERE {IN_ENDED} AND event = ? AND ms BETWEEN ? AND ?"
+            f"{_SELECT} WHERE {IN_RARE_ENDS} AND event = ? AND ms BETWEEN ? AND ?"
             " ORDER BY ms DESC, seq DESC"
         )
         runs = [iter_rows(db, sql, (s, lo, hi)) for s in sorted(q.states)]
@@ -167,6 +162,25 @@ def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Ro
     else:
         sql = f"{_SELECT} WHERE ms BETWEEN ? AND ? AND job IS NOT NULL ORDER BY ms DESC, seq DESC"
         yield from iter_rows(db, sql, (lo, hi))
+
+
+def _row_fits(q: FloorQuery, fts: bool, job: str, event: str, fields: dict[str, str]) -> bool:
+    """Whether a candidate row may stand for its job, before the job itself is read: what
+    its index did not already check (text and name without the FTS table, a name the row
+    states), and, for an ended state alone, that the row is that end."""
+    if job in q.job_ids:
+        return True
+    if q.text and not fts and not text_matches(list(q.text), *_texts(fields, job)):
+        return False
+    if q.name is not None:
+        named = fields.get("name")
+        if named is not None and named != q.name:
+            return False
+        if named is None and not (fts and terms(q.name)):
+            return False  # scanned rows: the job's enqueued (or dead) row names it
+    if not q.text and not q.name and q.states and q.states <= set(ENDED):
+        return event in q.states
+    return True
 
 
 def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[FloorHit]:
@@ -178,21 +192,14 @@ def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[Fl
     hits: list[FloorHit] = []
     seen: set[str] = set()
     rows = 0
-    indexed_text = fts and bool(q.text)
-    for job, ms, _, raw in _candidates(db, q, fts):
+    for job, ms, event, raw in _candidates(db, q, fts):
         rows += 1
         if rows > ROW_CAP or len(seen) >= JOB_CAP or len(hits) >= q.limit:
             break
         if job in seen:
             continue
         fields = fields_of(raw)
-        is_id = job in q.job_ids
-        if (
-            q.text
-            and not indexed_text
-            and not is_id
-            and not text_matches(list(q.text), *_texts(fields, job))
-        ):
+        if not _row_fits(q, fts, job, event, fields):
             continue
         seen.add(job)
         s = summary(db, job)
@@ -200,6 +207,7 @@ def search_floor(db: sqlite3.Connection, q: FloorQuery, *, fts: bool) -> list[Fl
             continue
         if q.states is not None and s.state not in q.states:
             continue
+        is_id = job in q.job_ids
         if is_id and q.text and not q.text_is_id and not _job_text_matches(db, job, q.text):
             continue
         text = _texts(fields, job)
