@@ -133,8 +133,8 @@ def _texts(fields: dict[str, str], job: str) -> tuple[str | None, ...]:
 
 def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Row]:
     """Rows (job, ms, event, fields) newest first, from the most selective index: the job
-    index for ids, the FTS table for text and names, ``events_ended`` for a rare end, else
-    the primary key (time)."""
+    index for ids, ``events_ended`` for a rare end (with or without a name: a ``dead`` row
+    states its name), the FTS table for text and names, else the primary key (time)."""
     lo = _NO_LOWER if q.since_ms is None else q.since_ms
     hi = _NO_UPPER if q.until_ms is None else q.until_ms
     for job in q.job_ids:
@@ -143,7 +143,14 @@ def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Ro
     if q.job_ids and not q.text_is_id:
         return
     names = terms(q.name) if q.name else []
-    if fts and (q.text or names):
+    if fts and not q.text and q.states and q.states <= set(RARE_ENDS):
+        sql = (
+            f"{_SELECT} WHERE {IN_RARE_ENDS} AND event = ? AND ms BETWEEN ? AND ?"
+            " ORDER BY ms DESC, seq DESC"
+        )
+        runs = [iter_rows(db, sql, (s, lo, hi)) for s in sorted(q.states)]
+        yield from heapq.merge(*runs, key=lambda r: -r[1])
+    elif fts and (q.text or names):
         sql = (
             "SELECT e.job, e.ms, e.event, e.fields FROM events_fts f JOIN events e"
             f" ON e.ms = (f.rowid >> {SEQ_BITS}) + {EPOCH_MS}"
@@ -152,13 +159,6 @@ def _candidates(db: sqlite3.Connection, q: FloorQuery, fts: bool) -> Iterator[Ro
         )
         args = (match_expr(list(q.text), names), rowid_of(lo), rowid_of(hi, SEQ_LIMIT - 1))
         yield from iter_rows(db, sql, args)
-    elif fts and q.states and q.states <= set(RARE_ENDS):
-        sql = (
-            f"{_SELECT} WHERE {IN_RARE_ENDS} AND event = ? AND ms BETWEEN ? AND ?"
-            " ORDER BY ms DESC, seq DESC"
-        )
-        runs = [iter_rows(db, sql, (s, lo, hi)) for s in sorted(q.states)]
-        yield from heapq.merge(*runs, key=lambda r: -r[1])
     else:
         sql = f"{_SELECT} WHERE ms BETWEEN ? AND ? AND job IS NOT NULL ORDER BY ms DESC, seq DESC"
         yield from iter_rows(db, sql, (lo, hi))
@@ -178,7 +178,7 @@ def _row_fits(q: FloorQuery, fts: bool, job: str, event: str, fields: dict[str, 
             return False
         if named is None and not (fts and terms(q.name)):
             return False  # scanned rows: the job's enqueued (or dead) row names it
-    if not q.text and not q.name and q.states and q.states <= set(ENDED):
+    if not q.text and q.states and q.states <= set(ENDED) and event in ENDED:
         return event in q.states
     return True
 
