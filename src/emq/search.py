@@ -8,9 +8,11 @@ What is searched where (``docs/search.md``):
   location ``state`` names, read with ``HMGET`` in pipelines of :data:`CHUNK` rows. A queue
   with millions of rows costs at most ``6 x LIVE_SCAN`` row reads per search, never a scan
   of the whole keyspace. A job id (``job_id``, or a ``text`` that is one) is read directly.
-- **The floor**, through its indexes (:mod:`emq.archive.fts`): the full-text index for
-  ``text``, the name index, the index of ending events, the job index, the primary key for
-  time; at most ``ROW_CAP`` candidate rows and ``JOB_CAP`` jobs examined per search.
+- **The floor**, through its indexes (:mod:`emq.archive.fts`): the job index for an id, the
+  full-text index for ``text`` and ``name``, the index of the rare ends (dead, cancelled,
+  removed), else the primary key (time); at most ``ROW_CAP`` candidate rows and ``JOB_CAP``
+  jobs examined per search (:mod:`emq.archive.fts_query`). Payload words are in the floor
+  for dead jobs only (the ``dead`` event carries the payload; ``enqueued`` does not).
 
 Criteria, all optional and combined with AND: ``text`` (every word of it is a word of the
 job's name, payload or error; ``word*`` matches a prefix; quotes, ``*``, parentheses and
@@ -121,7 +123,7 @@ def plan(query: SearchQuery) -> _Plan:
     if since is not None and until is not None and since > until:
         raise InvalidOption(f"since_ms ({since}) is after until_ms ({until})")
     state = "schedule" if q.state == "scheduled" else q.state
-    if state is not None and state not in STATES:
+    if state is not None and (not isinstance(state, str) or state not in STATES):
         raise InvalidOption(
             f"unknown state {shown(q.state)}; use one of {', '.join(sorted(STATES))}"
         )
@@ -276,13 +278,16 @@ def floor_part(queue: str, p: _Plan, floor: FloorArg) -> list[FloorHit]:
 # -- I/O ----------------------------------------------------------------------------------------
 
 
-def _set_keys(queue: Queue | AsyncQueue, p: _Plan, lanes: Sequence[str]) -> list[str]:
-    """The sets to scan: the lanes' pending sets first, then each location's."""
+def _set_keys(queue: Queue | AsyncQueue, p: _Plan, lanes: Sequence[str]) -> list[tuple[str, int]]:
+    """The sets to scan and how many ids of each: each location's newest LIVE_SCAN; in lane
+    mode the lanes' pending sets (the first LIVE_SCAN lanes) share LIVE_SCAN between them."""
     if p.q.job_id is not None:
         return []
     k = queue.core.keys
     own = [k.completed if loc == "completed" else k.location(loc) for loc in p.locations]
-    return [k.lane_pending(name) for name in lanes] + own
+    lanes = lanes[:LIVE_SCAN]
+    share = max(1, LIVE_SCAN // max(1, len(lanes)))
+    return [(k.lane_pending(name), share) for name in lanes] + [(key, LIVE_SCAN) for key in own]
 
 
 def search(queue: Queue, query: SearchQuery, *, floor: FloorArg = None) -> list[Hit]:
@@ -291,7 +296,8 @@ def search(queue: Queue, query: SearchQuery, *, floor: FloorArg = None) -> list[
     p = plan(query)
     live = _live_sync(queue, p)
     found = floor_part(queue.name, p, floor)
-    missed = [f.job for f in found if f.job not in {h.job_id for h in live}]
+    seen = {h.job_id for h in live}
+    missed = [f.job for f in found if f.job not in seen]
     return merge(p, live, found, _rows_sync(queue, missed))
 
 
@@ -300,15 +306,13 @@ async def asearch(queue: AsyncQueue, query: SearchQuery, *, floor: FloorArg = No
     p = plan(query)
     live = await _live_async(queue, p)
     found = await asyncio.to_thread(floor_part, queue.name, p, floor)
-    missed = [f.job for f in found if f.job not in {h.job_id for h in live}]
+    seen = {h.job_id for h in live}
+    missed = [f.job for f in found if f.job not in seen]
     return merge(p, live, found, await _rows_async(queue, missed))
 
 
-def _scan_ids(p: _Plan, sets: Sequence[Sequence[str]], lane_sets: int) -> list[str]:
-    ids = list(p.ids)
-    for i, members in enumerate(sets):
-        ids += members[: LIVE_SCAN // max(1, lane_sets)] if i < lane_sets else members
-    return list(dict.fromkeys(ids))
+def _scan_ids(p: _Plan, sets: Sequence[Sequence[str]]) -> list[str]:
+    return list(dict.fromkeys([*p.ids, *(i for members in sets for i in members)]))
 
 
 def _lane_mode(queue: Queue, p: _Plan) -> bool:
@@ -329,10 +333,10 @@ def _live_sync(queue: Queue, p: _Plan) -> list[Hit]:
         lanes = [lane.name for lane in queue.lanes() if lane.name != DEFAULT_LANE]
     keys = _set_keys(queue, p, lanes)
     with queue.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.zrange(key, 0, LIVE_SCAN - 1, desc=True)
+        for key, count in keys:
+            pipe.zrange(key, 0, count - 1, desc=True)
         sets = pipe.execute() if keys else []
-    ids = _scan_ids(p, sets, len(lanes))
+    ids = _scan_ids(p, sets)
     rows = _rows_sync(queue, ids)
     return [h for i in ids if i in rows and (h := live_hit(p, i, rows[i]))]
 
@@ -343,10 +347,10 @@ async def _live_async(queue: AsyncQueue, p: _Plan) -> list[Hit]:
         lanes = [lane.name for lane in await queue.lanes() if lane.name != DEFAULT_LANE]
     keys = _set_keys(queue, p, lanes)
     async with queue.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.zrange(key, 0, LIVE_SCAN - 1, desc=True)
+        for key, count in keys:
+            pipe.zrange(key, 0, count - 1, desc=True)
         sets = await pipe.execute() if keys else []
-    ids = _scan_ids(p, sets, len(lanes))
+    ids = _scan_ids(p, sets)
     rows = await _rows_async(queue, ids)
     return [h for i in ids if i in rows and (h := live_hit(p, i, rows[i]))]
 
