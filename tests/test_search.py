@@ -151,6 +151,13 @@ def test_a_version_1_floor_is_upgraded_and_indexed(queue: Queue, tmp_path: Path)
         found = conn.execute("SELECT count(*) FROM events_fts WHERE events_fts MATCH 'quokka'")
         assert found.fetchone() == (1,)
     assert ids(search(queue, SearchQuery(text="declined"), floor=f)) == [job]
+    with f.reading() as conn:  # the rare ends are read through their index, newest first
+        sql = (
+            "EXPLAIN QUERY PLAN SELECT job FROM events WHERE event IN ('dead', 'cancelled',"
+            " 'removed') AND event = 'dead' AND ms BETWEEN 0 AND 9 ORDER BY ms DESC, seq DESC"
+        )
+        plan = str(conn.execute(sql).fetchall())
+        assert "events_ended" in plan and "ORDER BY" not in plan
     f.close()
 
 
@@ -257,3 +264,17 @@ def test_cli_search(url: str, queue: Queue, client: redis.Redis, tmp_path: Path)
     assert out.exit_code == 2 and "unknown state" in out.output
     out = run(cli, [*base, "x", "--since", "soon"])
     assert out.exit_code == 2 and "not a time" in out.output
+
+
+def test_a_long_jobs_progress_events_do_not_hide_its_state(queue: Queue, tmp_path: Path) -> None:
+    job = queue.new_id()
+    steps = [Event("1796000000000-0", "enqueued", job, {"attempts": "0", "name": "crunch",
+                                                        "state": "pending"}),
+             Event("1796000000001-0", "claimed", job, {"attempts": "1", "token": "7"})]  # fmt: skip
+    steps += [
+        Event(f"1796000000002-{i}", "progress", job, {"progress": str(i)}) for i in range(600)
+    ]
+    with Floor(tmp_path / "f.sqlite3", queue=queue.name) as f:
+        f.fold(steps)
+        (hit,) = search(queue, SearchQuery(job_id=job), floor=f)
+    assert (hit.state, hit.name, hit.source) == ("active", "crunch", "floor")

@@ -47,6 +47,11 @@ JOB_CAP = 5_000  # distinct jobs checked per search, at most
 _NO_LOWER = -(2**62)
 _NO_UPPER = 2**62
 _SELECT = "SELECT job, ms, event, fields FROM events"
+# events that move no job (a long job's progress events must not hide its state)
+_MOVES = (
+    "event NOT IN ('progress', 'lease_lost', 'cancel_requested', 'reprioritised',"
+    " 'payload_updated')"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +108,7 @@ class _Summary:
 def summary(db: sqlite3.Connection, job: str) -> _Summary:
     """A job's name, state, last error and (when dead) payload from its newest events."""
     s = _Summary()
-    sql = f"{_SELECT} WHERE job = ? ORDER BY ms DESC, seq DESC LIMIT 500"
+    sql = f"{_SELECT} WHERE job = ? AND {_MOVES} ORDER BY ms DESC, seq DESC LIMIT 500"
     for _, _, event, raw in db.execute(sql, (job,)):
         f = fields_of(raw)
         s.state = s.state or state_of(event, f)
