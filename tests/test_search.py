@@ -193,6 +193,21 @@ def test_the_index_is_written_by_the_fold_once_and_in_its_transaction(
     fresh.close()
 
 
+def test_case_and_accents_do_not_matter(queue: Queue, tmp_path: Path) -> None:
+    job = str(queue.enqueue("facture", {"note": "Crème brûlée au CAFÉ"}))
+    fail_dead(queue, "Délai dépassé")
+    floor = tmp_path / "f.sqlite3"
+    archive = Archive(queue, floor)
+    archive.catch_up()
+    archive.close()
+    for text in ("creme", "BRULEE cafe", "café", "delai depasse", "DÉPASSÉ", "caf*"):
+        (hit,) = search(queue, SearchQuery(text=text), floor=floor)
+        assert (hit.job_id, hit.source) == (job, "both"), text
+    queue.remove(job)
+    (hit,) = search(queue, SearchQuery(text="brulee delai"), floor=floor)
+    assert (hit.job_id, hit.source) == (job, "floor")
+
+
 def test_hostile_query_text_is_words_only(queue: Queue, tmp_path: Path) -> None:
     floor = tmp_path / "f.sqlite3"
     job = str(queue.enqueue("x", {"t": 'say "NEAR" (AND) quokka*'}))
