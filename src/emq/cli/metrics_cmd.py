@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..keys import check_queue_name
 from .common import resolve_url, say, url_option
 
 Start = Callable[[str, list[tuple[str, str]]], Any]
@@ -34,7 +35,7 @@ def serve(port: int, host: str, queues: tuple[str, ...], url: str | None) -> Non
     from ..metrics import render_queue_metrics
 
     resolved = resolve_url(url)
-    names = list(queues) or None
+    names = [check_queue_name(q) for q in queues] or None  # a bad name: one error line now
 
     def app(environ: dict[str, Any], start: Start) -> Iterable[bytes]:
         if environ.get("PATH_INFO") not in ("/metrics", "/"):
