@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 from .. import otel
 from ..ids import minted_at_ms
@@ -65,6 +65,17 @@ class Observer:
             if c.attempts == 1:  # the claim's server time is its deadline less the lease
                 waited = (c.deadline_ms - self.lease_ms - minted_at_ms(c.id)) / 1000
                 self.metrics.waited(queue, c.name, waited)
+
+    def on_start(self, also: Callable[[Held], None] | None) -> Callable[[Held], None]:
+        """The start hook: :meth:`started`, after ``also`` (the debug log) when given."""
+        if also is None:
+            return self.started
+
+        def both(job: Held) -> None:
+            also(job)
+            self.started(job)
+
+        return both
 
     def started(self, job: Held) -> None:
         job.started_at = self.loop.time()

@@ -373,14 +373,12 @@ class Runner:
     def start_ready(self) -> None:
         if self.stop.is_set():
             return  # unstarted jobs are given back by the drain
-        hook = self._log_start if self.log.isEnabledFor(DEBUG) else None
+        hook: Callable[[Held], None] | None = (
+            self._log_start if self.log.isEnabledFor(DEBUG) else None
+        )
         if self.observe is not None:
-            hook = self._observed_start if hook else self.observe.started
+            hook = self.observe.on_start(hook)
         self.slots.start_ready(self.ready, hook)
-
-    def _observed_start(self, job: Held) -> None:
-        self._log_start(job)
-        self.observe.started(job)  # type: ignore[union-attr]
 
     def _log_start(self, job: Held) -> None:
         c = job.claimed
