@@ -315,8 +315,9 @@ class EmbeddedServer:
         try:
             subprocess.run(
                 args,
-                input="".join(f"{line}\n" for line in (f"requirepass {password}", *self.config))
-                .encode(),
+                input="".join(
+                    f"{line}\n" for line in (f"requirepass {password}", *self.config)
+                ).encode(),
                 umask=0o077,  # every file the server writes (AOF, log, pid) is 0600
                 check=True,
                 capture_output=True,
