@@ -36,7 +36,13 @@ def check_bind(host: str, token: str | None) -> None:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port).",
+)
 @click.option(
     "--read-only", is_flag=True, help="Render no action and refuse every POST action (403)."
 )
