@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from emq import Queue
 from emq.keys import QueueKeys
 from emq.states import STATE_OF_LOCATION, Location
 
@@ -98,3 +99,14 @@ class Flushing:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(10)
+
+
+def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str]:
+    """Enqueue ``jobs`` and fail each for good: they end dead with ``error``."""
+    ids = [str(i) for i in queue.enqueue_many(jobs)]
+    for _ in range(len(ids) // 1000 + 2):  # bounded: 1,000 claims a call
+        claimed = queue.claim(1000, lease_ms=60_000)
+        if not claimed:
+            break
+        queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
+    return ids

@@ -52,6 +52,7 @@ from .browser_support import (
     require_browser,
     screenshot,
 )
+from .helpers import make_dead
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -134,17 +135,6 @@ def expect(locator: Any) -> Any:
 
     pw_expect.set_options(timeout=20_000)
     return pw_expect(locator)
-
-
-def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str]:
-    """Enqueue ``jobs`` and fail each for good: they end in the dead set with ``error``."""
-    ids = [str(i) for i in queue.enqueue_many(jobs)]
-    for _ in range(len(ids) // 1000 + 2):  # bounded: 1,000 claims a call
-        claimed = queue.claim(1000, lease_ms=60_000)
-        if not claimed:
-            break
-        queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
-    return ids
 
 
 def act(page: Any, selector: str) -> None:

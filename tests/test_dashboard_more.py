@@ -22,7 +22,8 @@ from emq import Queue, registry
 from emq.dashboard.app import create_app
 from emq.server import free_port
 
-from .helpers import assert_consistent
+from .helpers import assert_consistent, make_dead
+from .test_dashboard import csrf
 
 HTML = {"accept": "text/html"}
 BOUND_S = 60.0  # bounds a hang, never a speed
@@ -53,22 +54,6 @@ def serve(url: str, **options: Any) -> Iterator[httpx.Client]:
     finally:
         server.should_exit = True
         thread.join(BOUND_S)
-
-
-def csrf(client: httpx.Client) -> str:
-    if "emq_csrf" not in client.cookies:
-        client.get("/login")
-    return client.cookies["emq_csrf"]
-
-
-def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str]:
-    ids = [str(i) for i in queue.enqueue_many(jobs)]
-    for _ in range(len(ids) // 1000 + 2):  # bounded: 1,000 claims a call
-        claimed = queue.claim(1000, lease_ms=60_000)
-        if not claimed:
-            break
-        queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
-    return ids
 
 
 def wait_done(client: httpx.Client, op: str) -> dict[str, Any]:

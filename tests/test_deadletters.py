@@ -15,21 +15,11 @@ import redis
 from emq import AsyncQueue, Queue
 from emq import async_deadletters as adl
 from emq import deadletters as dl
-from emq.deadgroups import NO_ERROR, DeadFilter, error_key, parse_when
+from emq.checks import parse_when
+from emq.deadgroups import NO_ERROR, DeadFilter, error_key
 from emq.errors import InvalidOption
 
-from .helpers import assert_consistent
-
-
-def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str]:
-    """Enqueue ``jobs`` and fail each for good: they end dead with ``error``."""
-    ids = [str(i) for i in queue.enqueue_many(jobs)]
-    for _ in range(len(ids) // 1000 + 2):  # bounded: 1,000 claims a call
-        claimed = queue.claim(1000, lease_ms=60_000)
-        if not claimed:
-            break
-        queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
-    return ids
+from .helpers import assert_consistent, make_dead
 
 
 def pending(queue: Queue) -> set[str]:

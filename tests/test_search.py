@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from emq import AsyncQueue, Queue
 from emq.archive import Archive, Floor, LocalDir, restore, ship
 from emq.archive.floor import SCHEMA
+from emq.checks import parse_when
 from emq.cli.main import cli
 from emq.errors import EmqError, InvalidId, InvalidName, InvalidOption
 from emq.events import Event, id_after, read_range
-from emq.search import Hit, SearchQuery, asearch, parse_when, search
+from emq.search import Hit, SearchQuery, asearch, search
 
 
 def ids(hits: list[Hit]) -> list[str]:

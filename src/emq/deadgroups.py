@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from .errors import InvalidOption
@@ -22,32 +21,6 @@ BULK_CHUNK = 200  # ids moved per server step of a bulk redrive or purge
 MAX_PAGES = 100_000  # bounds a scan (50,000,000 dead jobs at the default page)
 ROW_FIELDS = ("state", "name", "last_error")
 _SPACE = re.compile(r"\s+")
-_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_when(text: str | None, now_ms: int) -> int | None:
-    """A point in time (ms since the epoch) from what an operator types: nothing (None),
-    ms since the epoch (``1764547200000``), an ISO 8601 time (``2026-12-01T06:30``, UTC
-    unless it names its offset), or an age before ``now_ms`` (``90s``, ``15m``, ``2h``,
-    ``3d``). Anything else raises :class:`~emq.errors.InvalidOption`."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    if text.isdigit():
-        return int(text)
-    if m := _AGE.match(text.lower()):
-        return max(0, now_ms - int(float(m[1]) * _UNIT_MS[m[2]]))
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidOption(
-            f"not a time: {text[:40]!r} (give ms since the epoch, an ISO time such as "
-            "2026-12-01T06:30, or an age such as 15m, 2h, 3d)"
-        ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return max(0, int(stamp.timestamp() * 1000))
 
 
 def error_key(text: str | None) -> str:

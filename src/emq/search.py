@@ -27,11 +27,8 @@ is live (pending, schedule, active, waiting) is answered by the live rows alone.
 from __future__ import annotations
 
 import asyncio
-import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,29 +137,6 @@ def plan(query: SearchQuery) -> _Plan:
     if state is not None:
         states = frozenset({state, "cancelled"} if state == "dead" else {state})
     return _Plan(replace(q, state=state), tuple(terms(q.text)), ids, locations, states)
-
-
-def parse_when(text: str, now_ms: int | None = None) -> int:
-    """A moment as server ms: an int of ms, an ISO date or date-time (UTC unless it says
-    otherwise), or a span back from now such as ``90s``, ``15m``, ``2h``, ``7d``."""
-    raw = text.strip()
-    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    if raw.isdigit():
-        return int(raw)
-    span = re.fullmatch(r"(\d+)\s*([smhd])", raw)
-    if span:
-        unit = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[span.group(2)]
-        return now - int(span.group(1)) * unit
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        raise InvalidOption(
-            f"{shown(text)} is not a time: use ms, an ISO date like 2026-12-01T08:00,"
-            " or a span back from now: 15m, 2h, 7d"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 # -- live rows (pure) ------------------------------------------------------------------------

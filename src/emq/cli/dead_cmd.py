@@ -17,7 +17,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import deadletters as dl
-from ..deadgroups import BULK_CHUNK, DeadFilter, Group, parse_when
+from ..checks import parse_when
+from ..deadgroups import BULK_CHUNK, DeadFilter, Group
 from .common import (
     emit_json,
     err_console,

@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 
 from ..archive.floor import default_path
+from ..checks import parse_when
 from ..errors import InvalidOption
-from ..search import SearchQuery, parse_when, search
+from ..search import SearchQuery, search
 from .common import emit_json, json_option, one_line, open_queue, row, say, show, table, url_option
 
 

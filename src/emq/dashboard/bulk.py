@@ -37,7 +37,8 @@ from starlette.routing import Route
 
 from .. import async_deadletters as adl
 from ..async_queue import AsyncQueue
-from ..deadgroups import BulkResult, DeadFilter, parse_when
+from ..checks import parse_when
+from ..deadgroups import BulkResult, DeadFilter
 from ..errors import EmqError
 from .web import action_form, dash, done, render
 

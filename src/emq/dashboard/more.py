@@ -23,9 +23,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..deadgroups import parse_when
+from ..checks import parse_when
 from ..errors import EmqError, InvalidInput
 from ..ids import check_id
+from ..keys import QueueKeys
 from . import bulk, racepage
 from .web import dash, render
 
@@ -77,6 +78,17 @@ async def _search(request: Request, names: list[str], query: Any) -> list[Found]
     return found[:SEARCH_LIMIT]
 
 
+async def _holders(request: Request, names: list[str], job_id: str) -> list[str]:
+    """The known queues that hold a live row for ``job_id`` (one pipelined EXISTS each), so
+    an id is found in any queue, not only in the first :data:`SEARCH_QUEUES`."""
+    d = dash(request)
+    async with d.client.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.exists(QueueKeys(name).job(job_id))
+        found = await pipe.execute()
+    return [name for name, n in zip(names, found, strict=True) if n]
+
+
 async def search_page(request: Request) -> Response:
     form = {k: request.query_params.get(k, "")[:500] for k in SEARCH_FIELDS}
     names = await dash(request).queue_names()
@@ -87,6 +99,9 @@ async def search_page(request: Request) -> Response:
         try:
             query = _query(form, int(time.time() * 1000))
             targets = [form["queue"]] if form["queue"] else names[:SEARCH_QUEUES]
+            if query.job_id and not form["queue"]:  # an id is looked up in every queue
+                holders = await _holders(request, names, query.job_id)
+                targets = list(dict.fromkeys(holders + targets))
             context["hits"] = await _search(request, targets, query)
             context["searched"] = targets
         except ImportError:
