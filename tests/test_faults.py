@@ -112,8 +112,12 @@ async def test_worker_rides_out_an_out_of_memory_episode_without_losing_a_compon
     assert ran == {i: 1 for i in ids}  # every job ran exactly once, the long one too
     assert w.stats.lease_lost == 0 and w.stats.outages == 1  # one episode, logged once
     outages = events(caplog.records, "outage")
-    assert len(outages) == w.stats.outages  # once per episode, not once per failed call
-    assert any("out of memory" in o["error"] for o in outages)
+    # the registry's write keeps its own episode (logged once, not counted in stats.outages),
+    # so it shows up only if a registry beat fell inside the episode
+    mine = [o for o in outages if o.get("where") != "registry"]
+    assert len(mine) == w.stats.outages  # once per episode, not once per failed call
+    assert len(outages) - len(mine) <= 1
+    assert any("out of memory" in o["error"] for o in mine)
     password = own.url().split("@")[0].rsplit(":", 1)[1]
     assert all(o["url"].startswith("redis://:***@127.0.0.1:") for o in outages)  # redacted
     assert all(password not in str(o) for o in outages)
