@@ -6,54 +6,22 @@ dashboard refuses the bulk POST and changes nothing; hostile error text is escap
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import re
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import uvicorn
 
 from emq import Queue, registry
-from emq.dashboard.app import create_app
-from emq.server import free_port
 
 from .helpers import assert_consistent, make_dead
-from .test_dashboard import csrf
+from .test_dashboard import csrf, serve
 
 HTML = {"accept": "text/html"}
 BOUND_S = 60.0  # bounds a hang, never a speed
 HOSTILE = "<script>window.x=1</script></td><img src=x onerror=alert(1)>"
-
-
-@contextlib.contextmanager
-def serve(url: str, **options: Any) -> Iterator[httpx.Client]:
-    """The dashboard for ``url`` on a free loopback port; a client on it (HTML accepted)."""
-    config = uvicorn.Config(
-        create_app(url, **options),
-        host="127.0.0.1",
-        port=free_port(),
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + BOUND_S
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "dashboard did not start"
-        time.sleep(0.02)
-    base = f"http://127.0.0.1:{config.port}"
-    try:
-        with httpx.Client(base_url=base, headers=HTML, timeout=BOUND_S) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(BOUND_S)
 
 
 def wait_done(client: httpx.Client, op: str) -> dict[str, Any]:
