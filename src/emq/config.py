@@ -15,17 +15,17 @@ from .checks import check_int
 from .errors import InvalidOption, InvalidUrl
 
 URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
-_PASSWORD_QUERY = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+_PASSWORD_QUERY = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*", re.IGNORECASE)
 _LOOSE_USERINFO = re.compile(r"(://[^:/?#@]*:).*@")  # through the last "@": over-masks, never leaks
 
 
 def redact_url(url: str) -> str:
     """``url`` with its password replaced by ``***``: the one in the user-info part
     (``redis://user:secret@host`` -> ``redis://user:***@host``) and a ``password=`` query
-    argument. Scheme, user, host, port, db and the other query arguments are kept. Never
-    raises and never returns the password, even for a URL that :func:`check_url` refuses (a
-    password with an unescaped ``/``, ``?`` or ``#``: then everything up to the last ``@`` is
-    masked)."""
+    (and ``sentinel_password=``) argument. Scheme, user, host, port, db and the other query
+    arguments are kept. Never raises and never returns the password, even for a URL that
+    :func:`check_url` refuses (a password with an unescaped ``/``, ``?`` or ``#``: then
+    everything up to the last ``@`` is masked)."""
     if not isinstance(url, str):
         return "<not a string>"
     try:
@@ -49,9 +49,16 @@ def check_url(url: str) -> str:
 
     ``valkey://`` and ``valkeys://`` are accepted as aliases of ``redis://`` and ``rediss://``;
     ``rediss://`` takes TLS options as query arguments (``?ssl_ca_certs=/path/ca.crt``).
+    ``redis+sentinel://`` and ``valkey+sentinel://`` are checked by
+    :func:`emq.sentinel.check_sentinel_url` (returned as ``redis+sentinel://``; redis-py
+    cannot open them with ``from_url``: :mod:`emq.sentinel` makes their clients).
     """
     if not isinstance(url, str) or not url:
         raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
+    if url.partition("://")[0] in ("redis+sentinel", "valkey+sentinel"):
+        from .sentinel import check_sentinel_url  # emq.sentinel: the URL's form
+
+        return check_sentinel_url(url)
     shown = redact_url(url)
     try:
         parsed = urlparse(url)
@@ -92,6 +99,7 @@ MAX_ATTEMPTS = 1_000_000
 MAX_DELAY_MS = 10 * 365 * 86_400_000
 MAX_KEEP_MS = 365 * 86_400_000  # the longest a result or a completed job is kept (a year)
 MAX_KEEP_COUNT = 10_000_000  # the most completed jobs keep_completed may retain
+MAX_PARTITIONS = 64  # the most partitions (hash slots) one queue may be split into
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -153,6 +161,9 @@ class QueueOptions:
     ``keep_completed``: ``(max_age_ms, max_count)`` keeps the last ``max_count`` completed jobs
     readable (``Queue.job``, ``jobs("completed")``) for at most ``max_age_ms``; None (the
     default) deletes a completed job's row at once. See docs/control.md.
+    ``partitions``: split the queue into this many queues, each its own hash slot (1: not
+    split, the default; 2..64 need :class:`emq.PartitionedQueue`, and the count is stored on
+    the server by the first producer). See docs/partitions.md.
     """
 
     events_maxlen: int = 10_000
@@ -165,6 +176,7 @@ class QueueOptions:
     allow_eviction: bool = False
     result_ttl_ms: int = 0
     keep_completed: tuple[int, int] | None = None
+    partitions: int = 1
 
     def __post_init__(self) -> None:
         check_int("events_maxlen", self.events_maxlen, 0)
@@ -190,3 +202,4 @@ class QueueOptions:
                 )
             check_int("keep_completed max_age_ms", keep[0], 1, MAX_KEEP_MS, "ms")
             check_int("keep_completed max_count", keep[1], 1, MAX_KEEP_COUNT)
+        check_int("partitions", self.partitions, 1, MAX_PARTITIONS)

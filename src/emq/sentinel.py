@@ -1,0 +1,226 @@
+"""Sentinel URLs: a primary with replicas, found through Valkey or Redis Sentinel.
+
+A URL names the sentinels, the service (the primary's name in the sentinels' configuration)
+and the database::
+
+    redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db][?query]
+
+``valkey+sentinel://`` is the same. The user and password are the data nodes' (primary and
+replicas); the sentinels' own, if they require one, are query arguments:
+``sentinel_password=...`` and ``sentinel_username=...``. A port defaults to 26379.
+
+:func:`sync_client` and :func:`async_client` return a client of the current primary. Before each
+new connection it asks the sentinels where the primary is, so after a failover the client finds
+the promoted replica by itself. A connection still open to a primary that was demoted answers
+``READONLY``: redis-py turns that into a ``ConnectionError`` and drops the connection, so emq
+sees an outage like any other and re-sends what is safe to re-send (an enqueue with its ids, a
+claim with its request id, an acknowledgement checked against its lease). While no sentinel
+names a healthy primary (the seconds of a failover), connecting raises a ``ConnectionError``
+too (``MasterNotFoundError``). See docs/sentinel.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.backoff import NoBackoff
+
+from .errors import InvalidUrl
+
+SENTINEL_SCHEMES = ("redis+sentinel", "valkey+sentinel")
+DEFAULT_PORT = 26379
+QUERY_ARGS = ("sentinel_password", "sentinel_username")
+SENTINEL_TIMEOUT_S = 1.0
+"""Connect and read timeout of a question to one sentinel: a sentinel that is down or hung
+costs at most this before the next one is asked."""
+EXAMPLE = "redis+sentinel://:password@127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    """A parsed sentinel URL (holds passwords: keep it out of logs)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+
+
+def _host_port(text: str, shown: str) -> tuple[str, int]:
+    if text.startswith("["):  # [::1]:26379
+        host, close, rest = text[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise InvalidUrl(f"sentinel URL {shown!r} has a bad IPv6 address {text!r}")
+        port_text = rest[1:]
+    else:
+        host, _, port_text = text.partition(":")
+    if not host:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has an empty sentinel address; list them as "
+            f"host:port,host:port, e.g. {EXAMPLE}"
+        )
+    if not port_text:
+        return host, DEFAULT_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has a bad port in {host!r}: expected an integer within 1-65535"
+        )  # the port's text is not echoed: it may be a misplaced password
+    return host, int(port_text)
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """Parse a sentinel URL, or raise :class:`InvalidUrl` saying what to fix (the URL shown
+    with its passwords redacted)."""
+    from .config import redact_url
+
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidUrl(f"sentinel URL {shown!r} cannot be parsed: {exc}") from None
+    if parts.scheme not in SENTINEL_SCHEMES:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has scheme {parts.scheme!r}; use redis+sentinel:// or "
+            "valkey+sentinel://"
+        )
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at and "@" in url:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} cannot be read: percent-encode a '/', '?' or '#' in the "
+            "user or password (urllib.parse.quote(password, safe=''))"
+        )
+    if not hosts:
+        raise InvalidUrl(f"sentinel URL {shown!r} names no sentinel; e.g. {EXAMPLE}")
+    sentinels = tuple(_host_port(h.strip(), shown) for h in hosts.split(","))
+    user, colon, password = userinfo.partition(":")
+    path = [p for p in parts.path.split("/")]
+    if len(path) < 2 or not path[1]:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has no service name: put the name the sentinels monitor "
+            f"the primary under after the hosts, e.g. {EXAMPLE}"
+        )
+    if len(path) > 3 or (len(path) == 3 and not path[2].isdigit()):
+        raise InvalidUrl(
+            f"sentinel URL {shown!r}: after the service name only a database number may "
+            f"follow (/service/0), e.g. {EXAMPLE}"
+        )
+    query = _query(parts.query, shown)
+    return SentinelUrl(
+        sentinels=sentinels,
+        service=unquote(path[1]),
+        db=int(path[2]) if len(path) == 3 else 0,
+        username=unquote(user) or None if at else None,
+        password=unquote(password) if at and colon else None,
+        sentinel_username=query.get("sentinel_username"),
+        sentinel_password=query.get("sentinel_password"),
+    )
+
+
+def _query(text: str, shown: str) -> dict[str, str]:
+    try:
+        raw = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError:
+        raise InvalidUrl(f"sentinel URL {shown!r} has a query that cannot be parsed") from None
+    unknown = sorted(set(raw) - set(QUERY_ARGS))
+    if unknown:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has unknown query argument(s) {', '.join(unknown)}; "
+            f"a sentinel URL takes only {' and '.join(QUERY_ARGS)}"
+        )
+    repeated = sorted(k for k, v in raw.items() if len(v) > 1)
+    if repeated:
+        raise InvalidUrl(f"sentinel URL {shown!r} gives {', '.join(repeated)} more than once")
+    return {k: v[0] for k, v in raw.items()}
+
+
+def check_sentinel_url(url: str) -> str:
+    """Return the URL with its scheme as ``redis+sentinel``, or raise :class:`InvalidUrl`
+    saying what to fix; the message never shows a password."""
+    parse_sentinel_url(url)
+    if url.startswith("valkey+"):
+        url = "redis+" + url[len("valkey+") :]
+    return url
+
+
+def is_sentinel_url(url: object) -> bool:
+    """True for a ``redis+sentinel://`` or ``valkey+sentinel://`` URL (not yet checked)."""
+    return isinstance(url, str) and url.partition("://")[0] in SENTINEL_SCHEMES
+
+
+def _split(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[str, Any], dict[str, Any]]:
+    """The parsed URL, the primary's connection settings (``kwargs`` plus the URL's db and
+    credentials) and the sentinels' (their own credentials, short timeouts, no retry)."""
+    parsed = parse_sentinel_url(url)
+    primary = dict(kwargs)
+    primary.setdefault("db", parsed.db)
+    if parsed.password is not None:
+        primary.setdefault("password", parsed.password)
+    if parsed.username is not None:
+        primary.setdefault("username", parsed.username)
+    timeout = min(SENTINEL_TIMEOUT_S, kwargs.get("socket_timeout") or SENTINEL_TIMEOUT_S)
+    sentinels: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "password": parsed.sentinel_password,
+        "username": parsed.sentinel_username,
+    }
+    return parsed, primary, sentinels
+
+
+class _Pool(redis.sentinel.SentinelConnectionPool):
+    """Closing the client also closes its connections to the sentinels."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections)
+        if inuse_connections:
+            for sentinel in self.sentinel_manager.sentinels:
+                sentinel.connection_pool.disconnect()
+
+
+class _AsyncPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    """Closing the client also closes its connections to the sentinels."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.connection_pool.disconnect()
+
+
+def sync_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A client of the service's current primary; ``kwargs`` are those of ``redis.Redis``
+    (``decode_responses``, ``socket_timeout``, ``retry``, ...) and apply to the primary's
+    connections. Each sentinel is asked with a timeout of at most 1 s and no retry."""
+    from redis.retry import Retry
+
+    parsed, primary, sentinels = _split(url, kwargs)
+    make: Any = redis.sentinel.Sentinel  # redis-py's sentinel classes are untyped
+    manager = make(
+        list(parsed.sentinels), sentinel_kwargs=sentinels | {"retry": Retry(NoBackoff(), 0)}
+    )
+    client: redis.Redis = manager.master_for(parsed.service, connection_pool_class=_Pool, **primary)
+    return client
+
+
+def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`sync_client`."""
+    from redis.asyncio.retry import Retry
+
+    parsed, primary, sentinels = _split(url, kwargs)
+    make: Any = redis.asyncio.sentinel.Sentinel
+    manager = make(
+        list(parsed.sentinels), sentinel_kwargs=sentinels | {"retry": Retry(NoBackoff(), 0)}
+    )
+    client: redis.asyncio.Redis = manager.master_for(
+        parsed.service, connection_pool_class=_AsyncPool, **primary
+    )
+    return client
