@@ -25,6 +25,7 @@ PAIRS = [
     (PKG / "async_reads.py", PKG / "reads.py"),
     (PKG / "async_control.py", PKG / "control.py"),
     (PKG / "async_deadletters.py", PKG / "deadletters.py"),
+    (PKG / "async_partitions.py", PKG / "partitions.py"),
 ]
 
 # exact phrases, applied first (docstrings and imports that are not a token swap)
@@ -56,6 +57,17 @@ PHRASES = [
         "the script.",
     ),
     ("    from .async_queue import AsyncQueue\n", "    from .queue import Queue\n"),
+    (
+        '"""``AsyncPartitionedQueue``: one queue split into partitions, on an asyncio client.',
+        '"""``PartitionedQueue``: one queue split into partitions, on a sync client.\n\n'
+        "Generated from ``async_partitions.py`` by ``scripts/unasync.py``: edit that file, then\n"
+        "run the script.",
+    ),
+    (
+        ":class:`emq.PartitionedQueue` is its sync twin.",
+        ":class:`emq.AsyncPartitionedQueue` is its asyncio twin.",
+    ),
+    ("from .async_queue import AsyncQueue\n", "from .queue import Queue\n"),
     ("import asyncio\n", "import threading\n"),
     ("asyncio.Lock()", "threading.Lock()"),
     ("asyncio.sleep(", "time.sleep("),
@@ -71,6 +83,8 @@ PHRASES = [
 # whole-word renames
 NAMES = {
     "AsyncQueue": "Queue",
+    "AsyncPartitionedQueue": "PartitionedQueue",
+    "agather": "gather",
     "AsyncReads": "Reads",
     "async_reads": "reads",
     "AsyncControl": "Control",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .archive import Archive, Floor
+    from .async_partitions import AsyncPartitionedQueue
     from .async_queue import AsyncQueue
     from .cancel import Cancel
     from .config import Backoff, QueueOptions
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .events import Event
     from .flows import Child, Flow, FlowIds, chain, group
     from .lanes import Lane, Limits, RateLimited
+    from .partitions import PartitionedQueue
     from .queue import Queue
     from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
     from .states import JobState, Location
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Answer",
     "Archive",
+    "AsyncPartitionedQueue",
     "AsyncQueue",
     "Backoff",
     "Cancel",
@@ -81,6 +84,7 @@ __all__ = [
     "Limits",
     "Location",
     "NotWaiting",
+    "PartitionedQueue",
     "Permanent",
     "Queue",
     "QueueOptions",
@@ -105,6 +109,7 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "Answer": "records",
+    "AsyncPartitionedQueue": "async_partitions",
     "AsyncQueue": "async_queue",
     "Backoff": "config",
     "Cancel": "cancel",
@@ -137,6 +142,7 @@ _WHERE = {
     "Location": "states",
     "NotWaiting": "errors",
     "Permanent": "worker",
+    "PartitionedQueue": "partitions",
     "Queue": "queue",
     "QueueOptions": "config",
     "RateLimited": "lanes",

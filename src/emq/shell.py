@@ -112,6 +112,10 @@ def expect(answer: int | Answer, job_id: str, what: str) -> None:
 
 class ShellBase:
     def __init__(self, name: str, options: QueueOptions | None) -> None:
+        if options is not None and options.partitions > 1:
+            from .partitioning import refuse_plain
+
+            refuse_plain(type(self).__name__, name, options.partitions)
         self.core = QueueCore(name, options)
 
     @property

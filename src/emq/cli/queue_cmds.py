@@ -129,30 +129,38 @@ def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bo
 
 @click.command()
 @click.argument("queue", required=False)
+@click.option(
+    "--partitions", "show_parts", is_flag=True, help="A row per partition of a partitioned queue."
+)
 @url_option
 @json_option
-def stats(queue: str | None, url: str | None, as_json: bool) -> None:
+def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -> None:
     """Counts per location for QUEUE, or for every queue on the server, and the limits of
-    each queue that has any (docs/lanes.md)."""
+    each queue that has any (docs/lanes.md).
+
+    A partitioned queue is one row, its partitions' counts summed (docs/partitions.md)."""
+    from .partitions_view import fold, partitioned_stats
+
     resolved = resolve_url(url)
-    if queue:
-        names = [queue]
-    else:
-        client = connect(resolved)
-        try:
-            names = queue_names(client)
-        finally:
-            client.close()
-    result: dict[str, dict[str, Any]] = {}
-    notes: dict[str, str] = {}  # the limits line of each queue that has one
-    for name in names:
-        with open_queue(resolved, name) as q:
-            limits, note = stats_limits(q)
-            result[name] = {**q.counts(), "limits": limits}
-        if note:
-            notes[name] = note
+    client = connect(resolved)
+    try:
+        names, parted = fold(client, [queue] if queue else queue_names(client), parts=not queue)
+        result: dict[str, dict[str, Any]] = {}
+        notes: dict[str, str] = {}  # the limits line of each queue that has one
+        for name in names:
+            if name in parted:
+                result[name], rows, note = partitioned_stats(client, name, show_parts)
+                result.update(rows)
+            else:
+                with open_queue(resolved, name) as q:
+                    limits, note = stats_limits(q)
+                    result[name] = {**q.counts(), "limits": limits}
+            if note:
+                notes[name] = note
+    finally:
+        client.close()
     if as_json:
-        emit_json(result[queue] if queue else result)
+        emit_json(result[queue] if queue and not show_parts else result)
         return
     cols = ["pending", "active", "schedule", "waiting", "dead", "completed", "failed", "recovered"]
     t = table("emq queues", "queue")

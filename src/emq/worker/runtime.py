@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from ..async_partitions import expand_queues
 from ..async_queue import AsyncQueue
 from ..calls import check_job_name
 from ..config import Backoff, QueueOptions, check_url
@@ -192,6 +193,11 @@ class Worker:
 
     async def _run(self, handle_signals: bool) -> None:
         factory, queues = self._factory(), self._queue_options()
+        client = factory.asyncio()  # a partitioned queue is served as its partitions
+        try:
+            queues = await expand_queues(client, queues)
+        finally:
+            await client.aclose()
         run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
         with self._lock:
             self._runner = run

@@ -1,0 +1,399 @@
+"""``AsyncPartitionedQueue``: one queue split into partitions, on an asyncio client.
+
+A partition is an ordinary queue (``hot..0`` .. ``hot..<N-1>``, each its own hash slot), so
+every step on a job is the partition's own script with its guarantees; this shell only routes
+(:mod:`emq.partitioning` says how) and sums. It never sends one command across partitions:
+each call goes to one partition, and a call on every partition is one call each, sent at once
+(docs/partitions.md). :class:`emq.PartitionedQueue` is its sync twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis.asyncio
+
+from . import scripts
+from .async_queue import AsyncQueue
+from .calls import QueueCore
+from .cancel import Cancel
+from .config import QueueOptions
+from .errors import InvalidOption, JobNotFound
+from .events import Event
+from .ids import check_id
+from .keys import QueueKeys
+from .partitioning import (
+    FIELD,
+    EnqueuePlan,
+    agather,
+    as_spec,
+    check_pair,
+    check_stored,
+    merge_jobs,
+    not_partitioned,
+    partition_names,
+    partition_of,
+    plain_jobs_left,
+    sum_counts,
+    unwrap,
+)
+from .records import EnqueuedId, Job, JobSpec
+from .shell import note_landed, refuse_repeats
+
+if TYPE_CHECKING:
+    from .archive.floor import Floor
+
+T = TypeVar("T")
+
+
+async def stored_counts(client: redis.asyncio.Redis, names: Iterable[str]) -> dict[str, int]:
+    """Name -> partition count, for each of ``names`` that the server holds as partitioned
+    (one pipelined ``HGET`` of each name's ``meta``, one slot each)."""
+    todo = sorted(set(names))
+    if not todo:
+        return {}
+    with scripts.translated():
+        async with client.pipeline(transaction=False) as p:
+            for name in todo:
+                p.hget(QueueKeys.of(name).meta, FIELD)
+            got = await p.execute()
+    out: dict[str, int] = {}
+    for name, stored in zip(todo, got, strict=True):
+        n = check_stored(name, None, stored)
+        if n is not None:
+            out[name] = n
+    return out
+
+
+async def resolve_count(client: redis.asyncio.Redis, name: str, asked: int | None) -> int:
+    """The partition count of queue ``name``: the one the server holds, checked against
+    ``asked``; if none is held, ``asked`` is stored (``HSETNX``: the first writer wins, and a
+    later one with another count is refused), unless the plain queue ``name`` still has
+    live jobs. Raises InvalidOption when nothing is held and nothing asked."""
+    keys = QueueKeys.of(name)
+    with scripts.translated():
+        async with client.pipeline(transaction=False) as p:
+            p.hget(keys.meta, FIELD)
+            for key in (keys.pending, keys.active, keys.schedule):
+                p.zcard(key)
+            stored, *sizes = await p.execute()
+    n = check_stored(name, asked, stored)
+    if n is None:
+        raise not_partitioned(name)
+    if stored is None:
+        partition_names(name, n)  # a name too long for its partitions: refused, not written
+        if live := sum(int(s) for s in sizes):
+            raise plain_jobs_left(name, live, n)
+        with scripts.translated():
+            if not await client.hsetnx(keys.meta, FIELD, n):  # another writer came first
+                n = check_stored(name, asked, await client.hget(keys.meta, FIELD)) or n
+    return n
+
+
+async def expand_queues(
+    client: redis.asyncio.Redis, queues: dict[str, QueueOptions]
+) -> dict[str, QueueOptions]:
+    """A worker's queues with every partitioned one replaced by its partitions (in order,
+    each once). A queue given ``QueueOptions(partitions=N)`` has N checked against (or
+    stored as) the server's count; any other name is partitioned when the server says so."""
+    held = await stored_counts(client, queues)
+    out: dict[str, QueueOptions] = {}
+    for name, options in queues.items():
+        asked = options.partitions if options.partitions > 1 else None
+        n = held.get(name)
+        if asked is not None:
+            n = await resolve_count(client, name, asked)
+        if n is None:
+            out.setdefault(name, options)
+            continue
+        plain = dataclasses.replace(options, partitions=1)
+        for part in partition_names(name, n):
+            out.setdefault(part, plain)
+    return out
+
+
+class AsyncPartitionedQueue:
+    """A partitioned queue on an asyncio redis-py client (``decode_responses=True``).
+
+    ``options.partitions`` (2..64) is the count to use: stored on the server by the first
+    client that asks, and refused (InvalidOption, nothing written) when the server holds
+    another one. Left at 1, the count is read from the server (a queue nobody partitioned is
+    refused). The other options apply to every partition. The count is read or stored once,
+    on the first call that needs it.
+    """
+
+    def __init__(
+        self, client: redis.asyncio.Redis, name: str, *, options: QueueOptions | None = None
+    ) -> None:
+        options = options or QueueOptions()
+        self._asked = options.partitions if options.partitions > 1 else None
+        partition_names(name, self._asked or 2)  # InvalidName now, before any key is written
+        self.name = name
+        self.client = client
+        self.options = options
+        self._plain = dataclasses.replace(options, partitions=1)
+        self._check = QueueCore(name, self._plain)  # checks jobs as a partition would
+        self._parts: list[AsyncQueue] | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(
+        cls, url: str, name: str, *, options: QueueOptions | None = None
+    ) -> AsyncPartitionedQueue:
+        """Connect as :meth:`emq.AsyncQueue.from_url` does (the same kinds of URL)."""
+        return cls(AsyncQueue.from_url(url, name).client, name, options=options)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def __aenter__(self) -> AsyncPartitionedQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        n = len(self._parts) if self._parts is not None else self._asked
+        return f"{type(self).__name__}({self.name!r}, partitions={n})"
+
+    async def partitions(self) -> list[AsyncQueue]:
+        """Every partition's queue, in order (the count is read or stored on the first call)."""
+        if self._parts is None:
+            async with self._lock:
+                if self._parts is None:
+                    n = await resolve_count(self.client, self.name, self._asked)
+                    names = partition_names(self.name, n)
+                    self._parts = [AsyncQueue(self.client, x, options=self._plain) for x in names]
+        return self._parts
+
+    async def partition_of(self, job_id: str) -> AsyncQueue:
+        """The partition a job with this id is routed to (it holds every job emq routed)."""
+        parts = await self.partitions()
+        return parts[partition_of(check_id(job_id), len(parts))]
+
+    async def partition_of_key(self, key: str) -> AsyncQueue:
+        """The partition that holds the jobs with dedup key ``key``."""
+        parts = await self.partitions()
+        return parts[partition_of(key, len(parts))]
+
+    async def new_ids(self, n: int) -> list[str]:
+        """Mint ``n`` ids (:meth:`emq.AsyncQueue.new_ids`); a job enqueued with one of them
+        goes to that id's partition."""
+        parts = await self.partitions()
+        return await parts[0].new_ids(n)
+
+    # -- admission --------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        delay_ms: int = 0,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        id: str | None = None,
+        lane: str | None = None,
+        lifo: bool = False,
+    ) -> EnqueuedId:
+        """Admit one job into its partition (by ``key``, else by its id); as
+        :meth:`emq.AsyncQueue.enqueue` otherwise. An id with a key is refused."""
+        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id, lane, lifo)
+        return (await self.enqueue_many([spec]))[0]
+
+    async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
+        """Admit many jobs: every job is checked first (nothing is sent if one is refused),
+        then each partition admits its share as :meth:`emq.AsyncQueue.enqueue_many` does
+        (one step per 1,000), the partitions at once. The ids come back in the batch's order.
+        An error in one partition is raised once every partition has answered, with the ids
+        the others admitted in its ``.landed``."""
+        specs = [as_spec(j) for j in jobs]
+        groups = [self._check.job_spec(check_pair(s)) for s in specs]  # before any I/O
+        if any(s.id is not None for s in specs):
+            refuse_repeats(groups)
+        parts = await self.partitions()
+        plan = EnqueuePlan(specs, len(parts))
+        while wanted := plan.wanted():
+            plan.feed(await parts[0].new_ids(wanted))
+        shares = plan.by_partition()
+        sends = [
+            functools.partial(parts[p].enqueue_many, [spec for _, spec in share])
+            for p, share in shares.items()
+        ]
+        results = await agather(sends)
+        out: list[EnqueuedId | None] = [None] * len(plan.specs)
+        error: BaseException | None = None
+        for share, got in zip(shares.values(), results, strict=True):
+            if isinstance(got, BaseException):
+                error = error or got
+                continue
+            for (i, _), job_id in zip(share, got, strict=True):
+                out[i] = job_id
+        if error is not None:
+            note_landed(error, [x for x in out if x is not None])
+            raise error
+        return [x for x in out if x is not None]
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def counts(self) -> dict[str, int]:
+        """Every partition's counts (:meth:`emq.AsyncQueue.counts`), summed. Each
+        partition is read at one instant; the partitions are read at once, not at one
+        instant together."""
+        return sum_counts(await self.partition_counts())
+
+    async def partition_counts(self) -> list[dict[str, int]]:
+        """Each partition's counts, in partition order."""
+        parts = await self.partitions()
+        return unwrap(await agather([q.counts for q in parts]))
+
+    async def job(self, job_id: str) -> Job | None:
+        """A snapshot of the job's row from its partition (the routed one first, then the
+        others), or None if no partition has it."""
+        first = await self.partition_of(job_id)
+        found = await first.job(job_id)
+        if found is None and (other := await self._locate(job_id, first)) is not None:
+            found = await other.job(job_id)
+        return found
+
+    async def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
+        """Jobs of a location from every partition, merged (see
+        :func:`emq.partitioning.merge_jobs` for the order)."""
+        parts = await self.partitions()
+        if offset < 0 or not 0 < limit <= 10_000:
+            raise InvalidOption("offset must be >= 0 and limit within 1..10000")
+        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in parts]
+        return merge_jobs(unwrap(await agather(reads)), location, offset, limit)
+
+    async def is_paused(self) -> bool:
+        """True when every partition is paused."""
+        parts = await self.partitions()
+        return all(unwrap(await agather([q.is_paused for q in parts])))
+
+    async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
+        """Every event of ``job_id`` (:meth:`emq.AsyncQueue.history`) in its partition;
+        ``floor`` defaults to the partition's own, ``.emq/floor/<partition>.sqlite3``."""
+        first = await self.partition_of(job_id)
+        found = await first.history(job_id, floor=floor)
+        if not found and (other := await self._locate(job_id, first)) is not None:
+            found = await other.history(job_id, floor=floor)
+        return found
+
+    async def _locate(self, job_id: str, tried: AsyncQueue) -> AsyncQueue | None:
+        """The partition other than ``tried`` that holds a row of ``job_id`` (one
+        pipelined ``EXISTS`` per partition), or None."""
+        others = [q for q in await self.partitions() if q is not tried]
+        with scripts.translated():
+            async with self.client.pipeline(transaction=False) as p:
+                for q in others:
+                    p.exists(q.core.keys.job(job_id))
+                found = await p.execute()
+        return next((q for q, n in zip(others, found, strict=True) if n), None)
+
+    async def _on_job(self, job_id: str, act: Callable[[AsyncQueue], Awaitable[T]]) -> T:
+        """``act`` on the routed partition; on JobNotFound, on the partition that has it."""
+        first = await self.partition_of(job_id)
+        try:
+            return await act(first)
+        except JobNotFound:
+            other = await self._locate(job_id, first)
+            if other is None:
+                raise
+        return await act(other)
+
+    # -- one job by id ------------------------------------------------------------------
+
+    async def cancel(self, job_id: str, reason: str = "") -> Cancel:
+        """:meth:`emq.AsyncQueue.cancel` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.cancel(job_id, reason))
+
+    async def result(self, job_id: str, timeout_s: float | None = None) -> Any:
+        """:meth:`emq.AsyncQueue.result` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.result(job_id, timeout_s))
+
+    async def remove(self, job_id: str) -> str:
+        """:meth:`emq.AsyncQueue.remove` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.remove(job_id))
+
+    async def promote(self, job_id: str) -> bool:
+        """:meth:`emq.AsyncQueue.promote` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.promote(job_id))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> str:
+        """:meth:`emq.AsyncQueue.reschedule` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.reschedule(job_id, delay_ms))
+
+    async def set_priority(self, job_id: str, priority: int) -> str:
+        """:meth:`emq.AsyncQueue.set_priority` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.set_priority(job_id, priority))
+
+    async def update_payload(self, job_id: str, payload: Any) -> str:
+        """:meth:`emq.AsyncQueue.update_payload` in the job's partition."""
+        return await self._on_job(job_id, lambda q: q.update_payload(job_id, payload))
+
+    async def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:
+        """Move a dead job back to pending in its partition; False if it was not dead."""
+        first = await self.partition_of(job_id)
+        if await first.redrive(job_id, keep_counters=keep_counters):
+            return True
+        other = await self._locate(job_id, first)
+        return other is not None and await other.redrive(job_id, keep_counters=keep_counters)
+
+    async def redrive_many(self, ids: Sequence[str], *, keep_counters: bool = False) -> list[str]:
+        """Redrive each of ``ids`` in its partition; returns those moved."""
+        return [i for i in ids if await self.redrive(i, keep_counters=keep_counters)]
+
+    # -- every partition ------------------------------------------------------------------
+
+    async def _each(self, act: Callable[[AsyncQueue], Awaitable[T]]) -> list[T]:
+        parts = await self.partitions()
+        return unwrap(await agather([functools.partial(act, q) for q in parts]))
+
+    async def redrive_all(self, *, keep_counters: bool = False) -> int:
+        return sum(await self._each(lambda q: q.redrive_all(keep_counters=keep_counters)))
+
+    async def pause(self, lane: str | None = None) -> bool:
+        """Pause every partition (or ``lane`` in each); True if one was not paused."""
+        return any(await self._each(lambda q: q.pause(lane)))
+
+    async def resume(self, lane: str | None = None) -> bool:
+        return any(await self._each(lambda q: q.resume(lane)))
+
+    async def drain(self) -> int:
+        return sum(await self._each(lambda q: q.drain()))
+
+    async def promote_due(self, limit: int = 1000) -> list[str]:
+        return [i for ids in await self._each(lambda q: q.promote_due(limit)) for i in ids]
+
+    async def sweep_all(self) -> int:
+        """Sweep every partition's expired leases; how many were handled."""
+        done = await self._each(lambda q: q.sweep_all())
+        return sum(len(r.recovered) + len(r.dead) + len(r.missing) for r in done)
+
+    async def obliterate(self, *, force: bool = False) -> int:
+        """Obliterate every partition, then forget the partition count (a later producer
+        may choose another)."""
+        n = sum(await self._each(lambda q: q.obliterate(force=force)))
+        with scripts.translated():
+            await self.client.hdel(QueueKeys.of(self.name).meta, FIELD)
+        self._parts = None
+        return n
+
+    async def set_limits(self, *, per_partition: bool = False, **limits: Any) -> None:
+        """:meth:`emq.AsyncQueue.set_limits` on every partition. A limit then holds per
+        partition (``concurrency=10`` over 3 partitions lets 30 run), so it must be asked
+        for with ``per_partition=True``; docs/partitions.md says why."""
+        if not per_partition:
+            raise InvalidOption(
+                f"limits of partitioned queue {self.name!r} hold per partition (a "
+                "concurrency of 10 over 3 partitions lets 30 jobs run, a rate of 100/s "
+                "lets 300/s): pass per_partition=True and divide a queue-wide limit "
+                "yourself, or keep the queue unpartitioned for an exact one"
+            )
+        await self._each(lambda q: q.set_limits(**limits))

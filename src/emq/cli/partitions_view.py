@@ -1,0 +1,50 @@
+"""What ``emq stats`` shows of partitioned queues (docs/partitions.md): one row per queue,
+its partitions' counts summed, and with ``--partitions`` a row per partition after it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from ..partitioning import split_name, sum_counts
+from ..partitions import PartitionedQueue, stored_counts
+from ..queue import Queue
+from .lanes_cmds import stats_limits
+
+
+def fold(
+    client: redis.Redis, names: list[str], *, parts: bool = True
+) -> tuple[list[str], dict[str, int]]:
+    """The rows of ``emq stats`` for ``names``: with ``parts``, a partition's name folds into
+    its queue's when the server holds that queue as partitioned (a plain queue that only
+    looks like a partition keeps its row); and each partitioned queue's count."""
+    bases = {s[0] for name in names if parts and (s := split_name(name))}
+    held = stored_counts(client, bases | set(names))
+    rows: list[str] = []
+    for name in names:
+        s = split_name(name) if parts else None
+        if s is not None and s[1] < held.get(s[0], 0):
+            name = s[0]
+        if name not in rows:
+            rows.append(name)
+    return sorted(rows), held
+
+
+def partitioned_stats(
+    client: redis.Redis, name: str, show_parts: bool
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], str | None]:
+    """``(row, partition rows, limits line)`` of partitioned queue ``name``: the row sums the
+    partitions' counts (and says how many there are); limits hold per partition, and the
+    line shows partition 0's."""
+    pq = PartitionedQueue(client, name)
+    parts: list[Queue] = pq.partitions()
+    each = pq.partition_counts()
+    total: dict[str, Any] = dict(sum_counts(each))
+    limits, note = stats_limits(parts[0])
+    total |= {"limits": limits, "partitions": len(parts)}
+    rows: dict[str, dict[str, Any]] = {}
+    if show_parts:
+        for q, counts in zip(parts, each, strict=True):
+            rows[q.name] = {**counts, "limits": stats_limits(q)[0]}
+    return total, rows, (f"per partition: {note}" if note else None)

@@ -1,0 +1,402 @@
+"""``PartitionedQueue``: one queue split into partitions, on a sync client.
+
+Generated from ``async_partitions.py`` by ``scripts/unasync.py``: edit that file, then
+run the script.
+
+A partition is an ordinary queue (``hot..0`` .. ``hot..<N-1>``, each its own hash slot), so
+every step on a job is the partition's own script with its guarantees; this shell only routes
+(:mod:`emq.partitioning` says how) and sums. It never sends one command across partitions:
+each call goes to one partition, and a call on every partition is one call each, sent at once
+(docs/partitions.md). :class:`emq.PartitionedQueue` is its asyncio twin.
+"""
+
+from __future__ import annotations
+
+import threading
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+
+from . import scripts
+from .queue import Queue
+from .calls import QueueCore
+from .cancel import Cancel
+from .config import QueueOptions
+from .errors import InvalidOption, JobNotFound
+from .events import Event
+from .ids import check_id
+from .keys import QueueKeys
+from .partitioning import (
+    FIELD,
+    EnqueuePlan,
+    gather,
+    as_spec,
+    check_pair,
+    check_stored,
+    merge_jobs,
+    not_partitioned,
+    partition_names,
+    partition_of,
+    plain_jobs_left,
+    sum_counts,
+    unwrap,
+)
+from .records import EnqueuedId, Job, JobSpec
+from .shell import note_landed, refuse_repeats
+
+if TYPE_CHECKING:
+    from .archive.floor import Floor
+
+T = TypeVar("T")
+
+
+def stored_counts(client: redis.Redis, names: Iterable[str]) -> dict[str, int]:
+    """Name -> partition count, for each of ``names`` that the server holds as partitioned
+    (one pipelined ``HGET`` of each name's ``meta``, one slot each)."""
+    todo = sorted(set(names))
+    if not todo:
+        return {}
+    with scripts.translated():
+        with client.pipeline(transaction=False) as p:
+            for name in todo:
+                p.hget(QueueKeys.of(name).meta, FIELD)
+            got = p.execute()
+    out: dict[str, int] = {}
+    for name, stored in zip(todo, got, strict=True):
+        n = check_stored(name, None, stored)
+        if n is not None:
+            out[name] = n
+    return out
+
+
+def resolve_count(client: redis.Redis, name: str, asked: int | None) -> int:
+    """The partition count of queue ``name``: the one the server holds, checked against
+    ``asked``; if none is held, ``asked`` is stored (``HSETNX``: the first writer wins, and a
+    later one with another count is refused), unless the plain queue ``name`` still has
+    live jobs. Raises InvalidOption when nothing is held and nothing asked."""
+    keys = QueueKeys.of(name)
+    with scripts.translated():
+        with client.pipeline(transaction=False) as p:
+            p.hget(keys.meta, FIELD)
+            for key in (keys.pending, keys.active, keys.schedule):
+                p.zcard(key)
+            stored, *sizes = p.execute()
+    n = check_stored(name, asked, stored)
+    if n is None:
+        raise not_partitioned(name)
+    if stored is None:
+        partition_names(name, n)  # a name too long for its partitions: refused, not written
+        if live := sum(int(s) for s in sizes):
+            raise plain_jobs_left(name, live, n)
+        with scripts.translated():
+            if not client.hsetnx(keys.meta, FIELD, n):  # another writer came first
+                n = check_stored(name, asked, client.hget(keys.meta, FIELD)) or n
+    return n
+
+
+def expand_queues(
+    client: redis.Redis, queues: dict[str, QueueOptions]
+) -> dict[str, QueueOptions]:
+    """A worker's queues with every partitioned one replaced by its partitions (in order,
+    each once). A queue given ``QueueOptions(partitions=N)`` has N checked against (or
+    stored as) the server's count; any other name is partitioned when the server says so."""
+    held = stored_counts(client, queues)
+    out: dict[str, QueueOptions] = {}
+    for name, options in queues.items():
+        asked = options.partitions if options.partitions > 1 else None
+        n = held.get(name)
+        if asked is not None:
+            n = resolve_count(client, name, asked)
+        if n is None:
+            out.setdefault(name, options)
+            continue
+        plain = dataclasses.replace(options, partitions=1)
+        for part in partition_names(name, n):
+            out.setdefault(part, plain)
+    return out
+
+
+class PartitionedQueue:
+    """A partitioned queue on an asyncio redis-py client (``decode_responses=True``).
+
+    ``options.partitions`` (2..64) is the count to use: stored on the server by the first
+    client that asks, and refused (InvalidOption, nothing written) when the server holds
+    another one. Left at 1, the count is read from the server (a queue nobody partitioned is
+    refused). The other options apply to every partition. The count is read or stored once,
+    on the first call that needs it.
+    """
+
+    def __init__(
+        self, client: redis.Redis, name: str, *, options: QueueOptions | None = None
+    ) -> None:
+        options = options or QueueOptions()
+        self._asked = options.partitions if options.partitions > 1 else None
+        partition_names(name, self._asked or 2)  # InvalidName now, before any key is written
+        self.name = name
+        self.client = client
+        self.options = options
+        self._plain = dataclasses.replace(options, partitions=1)
+        self._check = QueueCore(name, self._plain)  # checks jobs as a partition would
+        self._parts: list[Queue] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(
+        cls, url: str, name: str, *, options: QueueOptions | None = None
+    ) -> PartitionedQueue:
+        """Connect as :meth:`emq.Queue.from_url` does (the same kinds of URL)."""
+        return cls(Queue.from_url(url, name).client, name, options=options)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> PartitionedQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        n = len(self._parts) if self._parts is not None else self._asked
+        return f"{type(self).__name__}({self.name!r}, partitions={n})"
+
+    def partitions(self) -> list[Queue]:
+        """Every partition's queue, in order (the count is read or stored on the first call)."""
+        if self._parts is None:
+            with self._lock:
+                if self._parts is None:
+                    n = resolve_count(self.client, self.name, self._asked)
+                    names = partition_names(self.name, n)
+                    self._parts = [Queue(self.client, x, options=self._plain) for x in names]
+        return self._parts
+
+    def partition_of(self, job_id: str) -> Queue:
+        """The partition a job with this id is routed to (it holds every job emq routed)."""
+        parts = self.partitions()
+        return parts[partition_of(check_id(job_id), len(parts))]
+
+    def partition_of_key(self, key: str) -> Queue:
+        """The partition that holds the jobs with dedup key ``key``."""
+        parts = self.partitions()
+        return parts[partition_of(key, len(parts))]
+
+    def new_ids(self, n: int) -> list[str]:
+        """Mint ``n`` ids (:meth:`emq.Queue.new_ids`); a job enqueued with one of them
+        goes to that id's partition."""
+        parts = self.partitions()
+        return parts[0].new_ids(n)
+
+    # -- admission --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        delay_ms: int = 0,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        id: str | None = None,
+        lane: str | None = None,
+        lifo: bool = False,
+    ) -> EnqueuedId:
+        """Admit one job into its partition (by ``key``, else by its id); as
+        :meth:`emq.Queue.enqueue` otherwise. An id with a key is refused."""
+        spec = JobSpec(name, payload, delay_ms, priority, max_attempts, key, id, lane, lifo)
+        return (self.enqueue_many([spec]))[0]
+
+    def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
+        """Admit many jobs: every job is checked first (nothing is sent if one is refused),
+        then each partition admits its share as :meth:`emq.Queue.enqueue_many` does
+        (one step per 1,000), the partitions at once. The ids come back in the batch's order.
+        An error in one partition is raised once every partition has answered, with the ids
+        the others admitted in its ``.landed``."""
+        specs = [as_spec(j) for j in jobs]
+        groups = [self._check.job_spec(check_pair(s)) for s in specs]  # before any I/O
+        if any(s.id is not None for s in specs):
+            refuse_repeats(groups)
+        parts = self.partitions()
+        plan = EnqueuePlan(specs, len(parts))
+        while wanted := plan.wanted():
+            plan.feed(parts[0].new_ids(wanted))
+        shares = plan.by_partition()
+        sends = [
+            functools.partial(parts[p].enqueue_many, [spec for _, spec in share])
+            for p, share in shares.items()
+        ]
+        results = gather(sends)
+        out: list[EnqueuedId | None] = [None] * len(plan.specs)
+        error: BaseException | None = None
+        for share, got in zip(shares.values(), results, strict=True):
+            if isinstance(got, BaseException):
+                error = error or got
+                continue
+            for (i, _), job_id in zip(share, got, strict=True):
+                out[i] = job_id
+        if error is not None:
+            note_landed(error, [x for x in out if x is not None])
+            raise error
+        return [x for x in out if x is not None]
+
+    # -- reads ------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Every partition's counts (:meth:`emq.Queue.counts`), summed. Each
+        partition is read at one instant; the partitions are read at once, not at one
+        instant together."""
+        return sum_counts(self.partition_counts())
+
+    def partition_counts(self) -> list[dict[str, int]]:
+        """Each partition's counts, in partition order."""
+        parts = self.partitions()
+        return unwrap(gather([q.counts for q in parts]))
+
+    def job(self, job_id: str) -> Job | None:
+        """A snapshot of the job's row from its partition (the routed one first, then the
+        others), or None if no partition has it."""
+        first = self.partition_of(job_id)
+        found = first.job(job_id)
+        if found is None and (other := self._locate(job_id, first)) is not None:
+            found = other.job(job_id)
+        return found
+
+    def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
+        """Jobs of a location from every partition, merged (see
+        :func:`emq.partitioning.merge_jobs` for the order)."""
+        parts = self.partitions()
+        if offset < 0 or not 0 < limit <= 10_000:
+            raise InvalidOption("offset must be >= 0 and limit within 1..10000")
+        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in parts]
+        return merge_jobs(unwrap(gather(reads)), location, offset, limit)
+
+    def is_paused(self) -> bool:
+        """True when every partition is paused."""
+        parts = self.partitions()
+        return all(unwrap(gather([q.is_paused for q in parts])))
+
+    def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
+        """Every event of ``job_id`` (:meth:`emq.Queue.history`) in its partition;
+        ``floor`` defaults to the partition's own, ``.emq/floor/<partition>.sqlite3``."""
+        first = self.partition_of(job_id)
+        found = first.history(job_id, floor=floor)
+        if not found and (other := self._locate(job_id, first)) is not None:
+            found = other.history(job_id, floor=floor)
+        return found
+
+    def _locate(self, job_id: str, tried: Queue) -> Queue | None:
+        """The partition other than ``tried`` that holds a row of ``job_id`` (one
+        pipelined ``EXISTS`` per partition), or None."""
+        others = [q for q in self.partitions() if q is not tried]
+        with scripts.translated():
+            with self.client.pipeline(transaction=False) as p:
+                for q in others:
+                    p.exists(q.core.keys.job(job_id))
+                found = p.execute()
+        return next((q for q, n in zip(others, found, strict=True) if n), None)
+
+    def _on_job(self, job_id: str, act: Callable[[Queue], T]) -> T:
+        """``act`` on the routed partition; on JobNotFound, on the partition that has it."""
+        first = self.partition_of(job_id)
+        try:
+            return act(first)
+        except JobNotFound:
+            other = self._locate(job_id, first)
+            if other is None:
+                raise
+        return act(other)
+
+    # -- one job by id ------------------------------------------------------------------
+
+    def cancel(self, job_id: str, reason: str = "") -> Cancel:
+        """:meth:`emq.Queue.cancel` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.cancel(job_id, reason))
+
+    def result(self, job_id: str, timeout_s: float | None = None) -> Any:
+        """:meth:`emq.Queue.result` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.result(job_id, timeout_s))
+
+    def remove(self, job_id: str) -> str:
+        """:meth:`emq.Queue.remove` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.remove(job_id))
+
+    def promote(self, job_id: str) -> bool:
+        """:meth:`emq.Queue.promote` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.promote(job_id))
+
+    def reschedule(self, job_id: str, delay_ms: int) -> str:
+        """:meth:`emq.Queue.reschedule` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.reschedule(job_id, delay_ms))
+
+    def set_priority(self, job_id: str, priority: int) -> str:
+        """:meth:`emq.Queue.set_priority` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.set_priority(job_id, priority))
+
+    def update_payload(self, job_id: str, payload: Any) -> str:
+        """:meth:`emq.Queue.update_payload` in the job's partition."""
+        return self._on_job(job_id, lambda q: q.update_payload(job_id, payload))
+
+    def redrive(self, job_id: str, *, keep_counters: bool = False) -> bool:
+        """Move a dead job back to pending in its partition; False if it was not dead."""
+        first = self.partition_of(job_id)
+        if first.redrive(job_id, keep_counters=keep_counters):
+            return True
+        other = self._locate(job_id, first)
+        return other is not None and other.redrive(job_id, keep_counters=keep_counters)
+
+    def redrive_many(self, ids: Sequence[str], *, keep_counters: bool = False) -> list[str]:
+        """Redrive each of ``ids`` in its partition; returns those moved."""
+        return [i for i in ids if self.redrive(i, keep_counters=keep_counters)]
+
+    # -- every partition ------------------------------------------------------------------
+
+    def _each(self, act: Callable[[Queue], T]) -> list[T]:
+        parts = self.partitions()
+        return unwrap(gather([functools.partial(act, q) for q in parts]))
+
+    def redrive_all(self, *, keep_counters: bool = False) -> int:
+        return sum(self._each(lambda q: q.redrive_all(keep_counters=keep_counters)))
+
+    def pause(self, lane: str | None = None) -> bool:
+        """Pause every partition (or ``lane`` in each); True if one was not paused."""
+        return any(self._each(lambda q: q.pause(lane)))
+
+    def resume(self, lane: str | None = None) -> bool:
+        return any(self._each(lambda q: q.resume(lane)))
+
+    def drain(self) -> int:
+        return sum(self._each(lambda q: q.drain()))
+
+    def promote_due(self, limit: int = 1000) -> list[str]:
+        return [i for ids in self._each(lambda q: q.promote_due(limit)) for i in ids]
+
+    def sweep_all(self) -> int:
+        """Sweep every partition's expired leases; how many were handled."""
+        done = self._each(lambda q: q.sweep_all())
+        return sum(len(r.recovered) + len(r.dead) + len(r.missing) for r in done)
+
+    def obliterate(self, *, force: bool = False) -> int:
+        """Obliterate every partition, then forget the partition count (a later producer
+        may choose another)."""
+        n = sum(self._each(lambda q: q.obliterate(force=force)))
+        with scripts.translated():
+            self.client.hdel(QueueKeys.of(self.name).meta, FIELD)
+        self._parts = None
+        return n
+
+    def set_limits(self, *, per_partition: bool = False, **limits: Any) -> None:
+        """:meth:`emq.Queue.set_limits` on every partition. A limit then holds per
+        partition (``concurrency=10`` over 3 partitions lets 30 run), so it must be asked
+        for with ``per_partition=True``; docs/partitions.md says why."""
+        if not per_partition:
+            raise InvalidOption(
+                f"limits of partitioned queue {self.name!r} hold per partition (a "
+                "concurrency of 10 over 3 partitions lets 30 jobs run, a rate of 100/s "
+                "lets 300/s): pass per_partition=True and divide a queue-wide limit "
+                "yourself, or keep the queue unpartitioned for an exact one"
+            )
+        self._each(lambda q: q.set_limits(**limits))
