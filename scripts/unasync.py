@@ -26,6 +26,7 @@ PAIRS = [
     (PKG / "async_control.py", PKG / "control.py"),
     (PKG / "async_deadletters.py", PKG / "deadletters.py"),
     (PKG / "async_partitions.py", PKG / "partitions.py"),
+    (PKG / "async_partition_count.py", PKG / "partition_count.py"),
 ]
 
 # exact phrases, applied first (docstrings and imports that are not a token swap)
@@ -68,6 +69,12 @@ PHRASES = [
         ":class:`emq.AsyncPartitionedQueue` is its asyncio twin.",
     ),
     ("from .async_queue import AsyncQueue\n", "from .queue import Queue\n"),
+    (
+        "on an asyncio client; :mod:`emq.partition_count` is its sync twin.",
+        "on a sync client.\n\nGenerated from ``async_partition_count.py`` by "
+        "``scripts/unasync.py``: edit that file,\nthen run the script.",
+    ),
+    ("from .async_partition_count import", "from .partition_count import"),
     ("import asyncio\n", "import threading\n"),
     ("asyncio.Lock()", "threading.Lock()"),
     ("asyncio.sleep(", "time.sleep("),

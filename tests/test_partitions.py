@@ -87,12 +87,12 @@ def test_plan_keeps_each_partitions_share_in_batch_order() -> None:
     shares = plan.by_partition()
     assert sum(len(s) for s in shares.values()) == 200
     for p, share in shares.items():
-        ids = [job.id for _, job in share]
-        assert ids == sorted(ids)  # mint order is batch order within a partition
+        ids = [plan.ids[i] or "" for i in share]
+        assert share == sorted(share) and ids == sorted(ids)  # batch order is mint order
         assert all(partition_of(i, 3) == p for i in ids)  # every id routes to its partition
-        for _, job in share:
-            if job.key is not None:
-                assert partition_of(job.key, 3) == p
+        for i in share:
+            if (key := specs[i].key) is not None:
+                assert partition_of(key, 3) == p
 
 
 def test_keys_of_partitions_hash_to_different_slots() -> None:

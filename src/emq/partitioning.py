@@ -22,7 +22,6 @@ looking in every partition.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import re
 import zlib
@@ -221,16 +220,15 @@ class EnqueuePlan:
             else:
                 keyed[p] += 1
         short = max(max(k - len(pools[p]), 0) for p, k in enumerate(keyed))
-        return plain + short * self.n + short // 4 + (self.n if short else 0) + 1
+        return plain + (short * self.n + short // 4 + self.n if short else 0)
 
-    def by_partition(self) -> dict[int, list[tuple[int, JobSpec]]]:
-        """partition -> ``(index in the batch, the job with its id)``, in batch order."""
-        out: dict[int, list[tuple[int, JobSpec]]] = {}
-        for i, spec in enumerate(self.specs):
-            p, job_id = self.target[i], self.ids[i]
-            assert p is not None and job_id is not None, "wanted() must return 0 first"
-            job = spec if spec.id == job_id else dataclasses.replace(spec, id=job_id)
-            out.setdefault(p, []).append((i, job))
+    def by_partition(self) -> dict[int, list[int]]:
+        """partition -> the indexes of its jobs in the batch, in batch order (call once
+        :meth:`wanted` returned 0: then every job has its id in :attr:`ids`)."""
+        out: dict[int, list[int]] = {}
+        for i, p in enumerate(self.target):
+            assert p is not None and self.ids[i] is not None, "wanted() must return 0 first"
+            out.setdefault(p, []).append(i)
         return out
 
 

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from . import scripts
+from . import otel, scripts
+from .partition_count import resolve_count
 from .queue import Queue
-from .calls import QueueCore
+from .calls import Arg
 from .cancel import Cancel
 from .config import QueueOptions
 from .errors import InvalidOption, JobNotFound
@@ -36,12 +37,9 @@ from .partitioning import (
     gather,
     as_spec,
     check_pair,
-    check_stored,
     merge_jobs,
-    not_partitioned,
     partition_names,
     partition_of,
-    plain_jobs_left,
     sum_counts,
     unwrap,
 )
@@ -52,72 +50,6 @@ if TYPE_CHECKING:
     from .archive.floor import Floor
 
 T = TypeVar("T")
-
-
-def stored_counts(client: redis.Redis, names: Iterable[str]) -> dict[str, int]:
-    """Name -> partition count, for each of ``names`` that the server holds as partitioned
-    (one pipelined ``HGET`` of each name's ``meta``, one slot each)."""
-    todo = sorted(set(names))
-    if not todo:
-        return {}
-    with scripts.translated():
-        with client.pipeline(transaction=False) as p:
-            for name in todo:
-                p.hget(QueueKeys.of(name).meta, FIELD)
-            got = p.execute()
-    out: dict[str, int] = {}
-    for name, stored in zip(todo, got, strict=True):
-        n = check_stored(name, None, stored)
-        if n is not None:
-            out[name] = n
-    return out
-
-
-def resolve_count(client: redis.Redis, name: str, asked: int | None) -> int:
-    """The partition count of queue ``name``: the one the server holds, checked against
-    ``asked``; if none is held, ``asked`` is stored (``HSETNX``: the first writer wins, and a
-    later one with another count is refused), unless the plain queue ``name`` still has
-    live jobs. Raises InvalidOption when nothing is held and nothing asked."""
-    keys = QueueKeys.of(name)
-    with scripts.translated():
-        with client.pipeline(transaction=False) as p:
-            p.hget(keys.meta, FIELD)
-            for key in (keys.pending, keys.active, keys.schedule):
-                p.zcard(key)
-            stored, *sizes = p.execute()
-    n = check_stored(name, asked, stored)
-    if n is None:
-        raise not_partitioned(name)
-    if stored is None:
-        partition_names(name, n)  # a name too long for its partitions: refused, not written
-        if live := sum(int(s) for s in sizes):
-            raise plain_jobs_left(name, live, n)
-        with scripts.translated():
-            if not client.hsetnx(keys.meta, FIELD, n):  # another writer came first
-                n = check_stored(name, asked, client.hget(keys.meta, FIELD)) or n
-    return n
-
-
-def expand_queues(
-    client: redis.Redis, queues: dict[str, QueueOptions]
-) -> dict[str, QueueOptions]:
-    """A worker's queues with every partitioned one replaced by its partitions (in order,
-    each once). A queue given ``QueueOptions(partitions=N)`` has N checked against (or
-    stored as) the server's count; any other name is partitioned when the server says so."""
-    held = stored_counts(client, queues)
-    out: dict[str, QueueOptions] = {}
-    for name, options in queues.items():
-        asked = options.partitions if options.partitions > 1 else None
-        n = held.get(name)
-        if asked is not None:
-            n = resolve_count(client, name, asked)
-        if n is None:
-            out.setdefault(name, options)
-            continue
-        plain = dataclasses.replace(options, partitions=1)
-        for part in partition_names(name, n):
-            out.setdefault(part, plain)
-    return out
 
 
 class PartitionedQueue:
@@ -140,7 +72,7 @@ class PartitionedQueue:
         self.client = client
         self.options = options
         self._plain = dataclasses.replace(options, partitions=1)
-        self._check = QueueCore(name, self._plain)  # checks jobs as a partition would
+        self._base = Queue(client, name, options=self._plain)  # checks jobs; no I/O
         self._parts: list[Queue] | None = None
         self._lock = threading.Lock()
 
@@ -152,7 +84,7 @@ class PartitionedQueue:
         return cls(Queue.from_url(url, name).client, name, options=options)
 
     def close(self) -> None:
-        self.client.close()
+        self._base.close()
 
     def __enter__(self) -> PartitionedQueue:
         return self
@@ -217,31 +149,45 @@ class PartitionedQueue:
         An error in one partition is raised once every partition has answered, with the ids
         the others admitted in its ``.landed``."""
         specs = [as_spec(j) for j in jobs]
-        groups = [self._check.job_spec(check_pair(s)) for s in specs]  # before any I/O
+        base = self._base
+        groups = [base.core.job_spec(check_pair(s)) for s in specs]  # before any I/O
         if any(s.id is not None for s in specs):
             refuse_repeats(groups)
         parts = self.partitions()
+        if size := base._largest_payload(groups):
+            base._refuse_oversized(size, parts[0]._bulk_limit())
         plan = EnqueuePlan(specs, len(parts))
         while wanted := plan.wanted():
             plan.feed(parts[0].new_ids(wanted))
+        for group, job_id in zip(groups, plan.ids, strict=True):
+            group[0] = job_id or ""
         shares = plan.by_partition()
         sends = [
-            functools.partial(parts[p].enqueue_many, [spec for _, spec in share])
+            functools.partial(self._admit, parts[p], [groups[i] for i in share])
             for p, share in shares.items()
         ]
         results = gather(sends)
-        out: list[EnqueuedId | None] = [None] * len(plan.specs)
+        out: list[EnqueuedId | None] = [None] * len(specs)
         error: BaseException | None = None
         for share, got in zip(shares.values(), results, strict=True):
             if isinstance(got, BaseException):
                 error = error or got
                 continue
-            for (i, _), job_id in zip(share, got, strict=True):
+            for i, job_id in zip(share, got, strict=True):
                 out[i] = job_id
         if error is not None:
             note_landed(error, [x for x in out if x is not None])
             raise error
         return [x for x in out if x is not None]
+
+    @staticmethod
+    def _admit(q: Queue, groups: list[list[Arg]]) -> list[EnqueuedId]:
+        """One partition's share, checked and with its ids: the end of the partition's own
+        ``enqueue_many`` (its trace span, its steps, its name among the known queues)."""
+        with otel.enqueue_span(q.name, groups) as trace:
+            out = q._admit(groups, True, trace)
+        q._announce([q.name])
+        return out
 
     # -- reads ------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import redis
 
+from ..partition_count import stored_counts
 from ..partitioning import split_name, sum_counts
-from ..partitions import PartitionedQueue, stored_counts
+from ..partitions import PartitionedQueue
 from ..queue import Queue
 from .lanes_cmds import stats_limits
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..async_partitions import expand_queues
+from ..async_partition_count import expand_queues
 from ..async_queue import AsyncQueue
 from ..calls import check_job_name
 from ..config import Backoff, QueueOptions, check_url
