@@ -340,5 +340,6 @@ def test_emq_stats_shows_one_row_and_its_partitions(
     parts = Counter({n: r["pending"] for n, r in rows.items() if n != qname})
     assert sorted(parts) == [partition_name(qname, p) for p in range(3)]
     assert sum(parts.values()) == rows[qname]["pending"] == 12
+    assert all(rows[n]["slot"] == key_slot(QueueKeys.of(n).meta.encode()) for n in parts)
     run = CliRunner().invoke(cli, ["stats", qname, "--url", url])
     assert run.exit_code == 0 and qname in run.output

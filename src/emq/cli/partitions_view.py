@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from ..partition_count import stored_counts
 from ..partitioning import split_name, sum_counts
@@ -36,8 +37,8 @@ def partitioned_stats(
     client: redis.Redis, name: str, show_parts: bool
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], str | None]:
     """``(row, partition rows, limits line)`` of partitioned queue ``name``: the row sums the
-    partitions' counts (and says how many there are); limits hold per partition, and the
-    line shows partition 0's."""
+    partitions' counts (and says how many there are); a partition's row has its own counts,
+    limits and cluster slot; limits hold per partition, and the line shows partition 0's."""
     pq = PartitionedQueue(client, name)
     parts: list[Queue] = pq.partitions()
     each = pq.partition_counts()
@@ -47,5 +48,6 @@ def partitioned_stats(
     rows: dict[str, dict[str, Any]] = {}
     if show_parts:
         for q, counts in zip(parts, each, strict=True):
-            rows[q.name] = {**counts, "limits": stats_limits(q)[0]}
+            slot = key_slot(q.core.keys.meta.encode())  # CLUSTER KEYSLOT of its keys
+            rows[q.name] = {**counts, "limits": stats_limits(q)[0], "slot": slot}
     return total, rows, (f"per partition: {note}" if note else None)
