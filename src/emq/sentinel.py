@@ -179,6 +179,8 @@ def _split(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[str, Any
 class _Pool(redis.sentinel.SentinelConnectionPool):
     """Closing the client also closes its connections to the sentinels."""
 
+    emq_url = ""  # the URL the client was made from (:func:`url_of`)
+
     def disconnect(self, inuse_connections: bool = True) -> None:
         super().disconnect(inuse_connections)
         if inuse_connections:
@@ -188,6 +190,8 @@ class _Pool(redis.sentinel.SentinelConnectionPool):
 
 class _AsyncPool(redis.asyncio.sentinel.SentinelConnectionPool):
     """Closing the client also closes its connections to the sentinels."""
+
+    emq_url = ""
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         await super().disconnect(inuse_connections)
@@ -208,6 +212,7 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
         list(parsed.sentinels), sentinel_kwargs=sentinels | {"retry": Retry(NoBackoff(), 0)}
     )
     client: redis.Redis = manager.master_for(parsed.service, connection_pool_class=_Pool, **primary)
+    client.connection_pool.emq_url = url  # type: ignore[attr-defined]
     return client
 
 
@@ -223,4 +228,14 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
     client: redis.asyncio.Redis = manager.master_for(
         parsed.service, connection_pool_class=_AsyncPool, **primary
     )
+    client.connection_pool.emq_url = url  # type: ignore[attr-defined]
     return client
+
+
+def url_of(client: object) -> str | None:
+    """The ``redis+sentinel://`` URL a client of :func:`sync_client` or :func:`async_client`
+    was made from (passwords included: keep it out of logs), so that more clients of the same
+    service can be made from it (a worker given a queue opens its own); None for any other
+    client."""
+    pool = getattr(client, "connection_pool", None)
+    return pool.emq_url or None if isinstance(pool, _Pool | _AsyncPool) else None

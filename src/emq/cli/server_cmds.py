@@ -11,12 +11,16 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..cluster_server import EmbeddedCluster
 from ..config import redact_url
 from ..server import EmbeddedServer
+
+if TYPE_CHECKING:
+    from ..sentinel_server import EmbeddedSentinel
 from .common import console, emit_json, json_option
 
 
@@ -35,6 +39,17 @@ def _cluster(data_dir: str | None, primaries: int = 3, replicas: int = 0) -> Emb
 
 def _has_cluster(data_dir: str | None) -> bool:
     return (_home(data_dir) / "cluster" / "cluster.json").exists()
+
+
+def _sentinel(data_dir: str | None, replicas: int = 2) -> EmbeddedSentinel:
+    """The local primary, replicas and sentinels under ``<dir>/sentinel``."""
+    from ..sentinel_server import EmbeddedSentinel
+
+    return EmbeddedSentinel(_home(data_dir) / "sentinel", replicas=replicas)
+
+
+def _has_sentinel(data_dir: str | None) -> bool:
+    return (_home(data_dir) / "sentinel" / "sentinel.json").exists()
 
 
 dir_option = click.option(
@@ -64,23 +79,46 @@ def server() -> None:
     help="Start a local Valkey Cluster of this many primaries instead (under <dir>/cluster).",
 )
 @click.option(
+    "--sentinel",
+    is_flag=True,
+    help="Start a primary with replicas and 3 sentinels instead (under <dir>/sentinel).",
+)
+@click.option(
     "--replicas",
     type=click.IntRange(0, 4),
-    default=0,
-    show_default=True,
-    help="With --cluster: replicas per primary.",
+    default=None,
+    help="With --cluster: replicas per primary (0). With --sentinel: replicas (2).",
 )
 @json_option
 def start(
     data_dir: str | None,
     appendfsync: str | None,
     primaries: int | None,
-    replicas: int,
+    sentinel: bool,
+    replicas: int | None,
     as_json: bool,
 ) -> None:
     """Start the embedded server, or reuse the one already running (URL shown redacted).
     With --cluster N: a local cluster of N primaries (and --replicas R each), slots assigned
-    and every node ready; its first node's URL is shown."""
+    and every node ready; its first node's URL is shown. With --sentinel: a primary, its
+    replicas and 3 sentinels watching it; the redis+sentinel:// URL is shown."""
+    if sentinel:
+        if primaries is not None:
+            raise click.UsageError("--sentinel and --cluster are two different set-ups")
+        watched = _sentinel(data_dir, 2 if replicas is None else replicas)
+        shown = redact_url(watched.start())
+        if as_json:
+            emit_json({"url": shown, "data_dir": str(watched.data_dir), "sentinel": True})
+        else:
+            console.print(
+                f"local primary with {watched.replicas} replicas and {watched.sentinels} "
+                f"sentinels at {shown} (data in {watched.data_dir}); 'emq server url "
+                "--sentinel' prints the URL with its password",
+                markup=False,
+                highlight=False,
+            )
+        return
+    replicas = replicas or 0
     if primaries is not None:
         cluster = _cluster(data_dir, primaries, replicas)
         url = redact_url(cluster.start())
@@ -96,7 +134,7 @@ def start(
             )
         return
     if replicas:
-        raise click.UsageError("--replicas goes with --cluster N")
+        raise click.UsageError("--replicas goes with --cluster N or --sentinel")
     srv = EmbeddedServer(_home(data_dir), appendfsync=appendfsync)
     url = redact_url(srv.start())
     if as_json:
@@ -114,10 +152,13 @@ def start(
 @dir_option
 @json_option
 def stop(data_dir: str | None, as_json: bool) -> None:
-    """Stop the embedded server and the local cluster, if any (AOF flushed first)."""
+    """Stop the embedded server, and the local cluster and sentinel set, if any (AOF
+    flushed first)."""
     stopped = _server(data_dir).stop()
     if _has_cluster(data_dir):
         stopped = _cluster(data_dir).stop() or stopped
+    if _has_sentinel(data_dir):
+        stopped = _sentinel(data_dir).stop() or stopped
     if as_json:
         emit_json({"stopped": stopped})
     else:
@@ -155,10 +196,14 @@ def status(data_dir: str | None, cluster: bool, as_json: bool) -> None:
 @server.command()
 @dir_option
 @click.option("--cluster", is_flag=True, help="The local cluster's URL (its first node).")
+@click.option("--sentinel", is_flag=True, help="The local sentinel set's redis+sentinel:// URL.")
 @json_option
-def url(data_dir: str | None, cluster: bool, as_json: bool) -> None:
+def url(data_dir: str | None, cluster: bool, sentinel: bool, as_json: bool) -> None:
     """Print the embedded server's URL, password included (for EMQ_URL)."""
-    found = _cluster(data_dir).url() if cluster else _server(data_dir).url()
+    if sentinel:
+        found = _sentinel(data_dir).url()
+    else:
+        found = _cluster(data_dir).url() if cluster else _server(data_dir).url()
     if as_json:
         emit_json({"url": found})
     else:
