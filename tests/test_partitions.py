@@ -172,15 +172,24 @@ def test_a_queue_nobody_partitioned_is_not_read_as_one(
     assert no_keys(client, qname)
 
 
-def test_a_plain_queue_with_live_jobs_is_not_split(
+def test_jobs_in_the_plain_queue_of_the_name_are_served_and_counted(
     url: str, qname: str, queue: Queue, client: redis.Redis
 ) -> None:
-    queue.enqueue("t", 1)
-    split = PartitionedQueue.from_url(url, qname, options=THREE)
-    with split, pytest.raises(InvalidOption, match="holds 1 live jobs as a plain queue"):
-        split.enqueue("t", 2)
-    assert stored(client, qname) is None
-    assert queue.counts()["pending"] == 1
+    before = queue.enqueue("t", "plain, before the split")
+    pq = PartitionedQueue.from_url(url, qname, options=THREE)
+    ids = pq.enqueue_many([("t", i) for i in range(3)])
+    after = queue.enqueue("t", "plain, after")  # a plain producer, emq enqueue, a flow child
+    assert stored(client, qname) == "3"
+    assert pq.counts()["pending"] == 5
+    found = pq.job(after)
+    assert found is not None and found.payload == "plain, after"
+    seen: list[str] = []
+    w = Worker(qname, {"t": lambda p, ctx: seen.append(ctx.id)}, url=url,
+               options=WorkerOptions(burst=True))  # fmt: skip
+    w.run_sync(handle_signals=False)
+    assert sorted(seen) == sorted([before, after, *ids])
+    assert pq.counts()["completed"] == 5
+    pq.close()
 
 
 # -- spreading -----------------------------------------------------------------------------

@@ -189,10 +189,10 @@ class AsyncPartitionedQueue:
     # -- reads ------------------------------------------------------------------------
 
     async def counts(self) -> dict[str, int]:
-        """Every partition's counts (:meth:`emq.AsyncQueue.counts`), summed. Each
-        partition is read at one instant; the partitions are read at once, not at one
-        instant together."""
-        return sum_counts(await self.partition_counts())
+        """The counts (:meth:`emq.AsyncQueue.counts`) of every partition and of the plain
+        queue of this name, summed. Each is read at one instant; they are read at once, not
+        at one instant together."""
+        return sum_counts(unwrap(await agather([q.counts for q in await self._members()])))
 
     async def partition_counts(self) -> list[dict[str, int]]:
         """Each partition's counts, in partition order."""
@@ -211,16 +211,15 @@ class AsyncPartitionedQueue:
     async def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
         """Jobs of a location from every partition, merged (see
         :func:`emq.partitioning.merge_jobs` for the order)."""
-        parts = await self.partitions()
+        members = await self._members()
         if offset < 0 or not 0 < limit <= 10_000:
             raise InvalidOption("offset must be >= 0 and limit within 1..10000")
-        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in parts]
+        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in members]
         return merge_jobs(unwrap(await agather(reads)), location, offset, limit)
 
     async def is_paused(self) -> bool:
-        """True when every partition is paused."""
-        parts = await self.partitions()
-        return all(unwrap(await agather([q.is_paused for q in parts])))
+        """True when every partition (and the plain queue of this name) is paused."""
+        return all(unwrap(await agather([q.is_paused for q in await self._members()])))
 
     async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
         """Every event of ``job_id`` (:meth:`emq.AsyncQueue.history`) in its partition;
@@ -231,10 +230,15 @@ class AsyncPartitionedQueue:
             found = await other.history(job_id, floor=floor)
         return found
 
+    async def _members(self) -> list[AsyncQueue]:
+        """The partitions, then the plain queue of this name (which holds what a plain
+        producer enqueued there; a worker of this name serves it too)."""
+        return [*await self.partitions(), self._base]
+
     async def _locate(self, job_id: str, tried: AsyncQueue) -> AsyncQueue | None:
-        """The partition other than ``tried`` that holds a row of ``job_id`` (one
-        pipelined ``EXISTS`` per partition), or None."""
-        others = [q for q in await self.partitions() if q is not tried]
+        """The member other than ``tried`` (a partition, or the plain queue) that holds a
+        row of ``job_id`` (one pipelined ``EXISTS`` each), or None."""
+        others = [q for q in await self._members() if q is not tried]
         with scripts.translated():
             async with self.client.pipeline(transaction=False) as p:
                 for q in others:
@@ -298,8 +302,9 @@ class AsyncPartitionedQueue:
     # -- every partition ------------------------------------------------------------------
 
     async def _each(self, act: Callable[[AsyncQueue], Awaitable[T]]) -> list[T]:
-        parts = await self.partitions()
-        return unwrap(await agather([functools.partial(act, q) for q in parts]))
+        """``act`` on every partition and on the plain queue of this name, at once."""
+        members = await self._members()
+        return unwrap(await agather([functools.partial(act, q) for q in members]))
 
     async def redrive_all(self, *, keep_counters: bool = False) -> int:
         return sum(await self._each(lambda q: q.redrive_all(keep_counters=keep_counters)))
@@ -323,8 +328,8 @@ class AsyncPartitionedQueue:
         return sum(len(r.recovered) + len(r.dead) + len(r.missing) for r in done)
 
     async def obliterate(self, *, force: bool = False) -> int:
-        """Obliterate every partition, then forget the partition count (a later producer
-        may choose another)."""
+        """Obliterate every partition and the plain queue, then forget the partition count
+        (a later producer may choose another)."""
         n = sum(await self._each(lambda q: q.obliterate(force=force)))
         with scripts.translated():
             await self.client.hdel(QueueKeys.of(self.name).meta, FIELD)

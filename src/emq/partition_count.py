@@ -18,7 +18,7 @@ import redis
 from . import scripts
 from .config import QueueOptions
 from .keys import QueueKeys
-from .partitioning import FIELD, check_stored, not_partitioned, partition_names, plain_jobs_left
+from .partitioning import FIELD, check_stored, not_partitioned, partition_names
 
 
 def stored_counts(client: redis.Redis, names: Iterable[str]) -> dict[str, int]:
@@ -43,25 +43,19 @@ def stored_counts(client: redis.Redis, names: Iterable[str]) -> dict[str, int]:
 def resolve_count(client: redis.Redis, name: str, asked: int | None) -> int:
     """The partition count of queue ``name``: the one the server holds, checked against
     ``asked``; if none is held, ``asked`` is stored (``HSETNX``: the first writer wins, and a
-    later one with another count is refused), unless the plain queue ``name`` still has
-    live jobs. Raises InvalidOption when nothing is held and nothing asked."""
-    keys = QueueKeys.of(name)
+    later one with another count is refused). Raises InvalidOption when nothing is held and
+    nothing asked."""
+    meta = QueueKeys.of(name).meta
     with scripts.translated():
-        with client.pipeline(transaction=False) as p:
-            p.hget(keys.meta, FIELD)
-            for key in (keys.pending, keys.active, keys.schedule):
-                p.zcard(key)
-            stored, *sizes = p.execute()
+        stored = client.hget(meta, FIELD)
     n = check_stored(name, asked, stored)
     if n is None:
         raise not_partitioned(name)
     if stored is None:
         partition_names(name, n)  # a name too long for its partitions: refused, not written
-        if live := sum(int(s) for s in sizes):
-            raise plain_jobs_left(name, live, n)
         with scripts.translated():
-            if not client.hsetnx(keys.meta, FIELD, n):  # another writer came first
-                n = check_stored(name, asked, client.hget(keys.meta, FIELD)) or n
+            if not client.hsetnx(meta, FIELD, n):  # another writer came first
+                n = check_stored(name, asked, client.hget(meta, FIELD)) or n
     return n
 
 
@@ -69,8 +63,10 @@ def expand_queues(
     client: redis.Redis, queues: dict[str, QueueOptions]
 ) -> dict[str, QueueOptions]:
     """A worker's queues with every partitioned one replaced by its partitions (in order,
-    each once). A queue given ``QueueOptions(partitions=N)`` has N checked against (or
-    stored as) the server's count; any other name is partitioned when the server says so."""
+    each once) followed by the plain queue of its name, which serves whatever was enqueued
+    there (a plain ``Queue``, ``emq enqueue``, a flow's child). A queue given
+    ``QueueOptions(partitions=N)`` has N checked against (or stored as) the server's count;
+    any other name is partitioned when the server says so."""
     held = stored_counts(client, queues)
     out: dict[str, QueueOptions] = {}
     for name, options in queues.items():
@@ -82,6 +78,6 @@ def expand_queues(
             out.setdefault(name, options)
             continue
         plain = dataclasses.replace(options, partitions=1)
-        for part in partition_names(name, n):
+        for part in [*partition_names(name, n), name]:
             out.setdefault(part, plain)
     return out

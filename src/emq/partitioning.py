@@ -16,7 +16,8 @@ meets its one dedup record; emq mints its id among those whose own hash names th
 goes to its id's partition, so the id stays unique queue-wide. Giving both an id and a key is
 refused (the two could name different partitions). Jobs that emq did not route (a repeating
 schedule's ticks, a flow's children, jobs enqueued into a partition by name) are found by
-looking in every partition.
+looking in every partition. The plain queue ``hot`` stays a member: what a plain producer
+enqueues there is served by the workers of ``hot`` and counted with the partitions.
 """
 
 from __future__ import annotations
@@ -117,14 +118,6 @@ def not_partitioned(name: str) -> InvalidOption:
     return InvalidOption(
         f"queue {shown(name)} is not partitioned on this server (its meta holds no "
         f"{FIELD!r}): give options=QueueOptions(partitions=N) to split it, or use Queue"
-    )
-
-
-def plain_jobs_left(name: str, live: int, n: int) -> InvalidOption:
-    return InvalidOption(
-        f"queue {shown(name)} holds {live} live jobs as a plain queue: split into {n}, its "
-        "workers would serve only the partitions and leave them. Let them finish (or move "
-        "them) first, or partition a queue of another name; nothing was written"
     )
 
 

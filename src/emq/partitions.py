@@ -192,10 +192,10 @@ class PartitionedQueue:
     # -- reads ------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        """Every partition's counts (:meth:`emq.Queue.counts`), summed. Each
-        partition is read at one instant; the partitions are read at once, not at one
-        instant together."""
-        return sum_counts(self.partition_counts())
+        """The counts (:meth:`emq.Queue.counts`) of every partition and of the plain
+        queue of this name, summed. Each is read at one instant; they are read at once, not
+        at one instant together."""
+        return sum_counts(unwrap(gather([q.counts for q in self._members()])))
 
     def partition_counts(self) -> list[dict[str, int]]:
         """Each partition's counts, in partition order."""
@@ -214,16 +214,15 @@ class PartitionedQueue:
     def jobs(self, location: str, offset: int = 0, limit: int = 100) -> list[Job]:
         """Jobs of a location from every partition, merged (see
         :func:`emq.partitioning.merge_jobs` for the order)."""
-        parts = self.partitions()
+        members = self._members()
         if offset < 0 or not 0 < limit <= 10_000:
             raise InvalidOption("offset must be >= 0 and limit within 1..10000")
-        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in parts]
+        reads = [functools.partial(q.jobs, location, 0, offset + limit) for q in members]
         return merge_jobs(unwrap(gather(reads)), location, offset, limit)
 
     def is_paused(self) -> bool:
-        """True when every partition is paused."""
-        parts = self.partitions()
-        return all(unwrap(gather([q.is_paused for q in parts])))
+        """True when every partition (and the plain queue of this name) is paused."""
+        return all(unwrap(gather([q.is_paused for q in self._members()])))
 
     def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
         """Every event of ``job_id`` (:meth:`emq.Queue.history`) in its partition;
@@ -234,10 +233,15 @@ class PartitionedQueue:
             found = other.history(job_id, floor=floor)
         return found
 
+    def _members(self) -> list[Queue]:
+        """The partitions, then the plain queue of this name (which holds what a plain
+        producer enqueued there; a worker of this name serves it too)."""
+        return [*self.partitions(), self._base]
+
     def _locate(self, job_id: str, tried: Queue) -> Queue | None:
-        """The partition other than ``tried`` that holds a row of ``job_id`` (one
-        pipelined ``EXISTS`` per partition), or None."""
-        others = [q for q in self.partitions() if q is not tried]
+        """The member other than ``tried`` (a partition, or the plain queue) that holds a
+        row of ``job_id`` (one pipelined ``EXISTS`` each), or None."""
+        others = [q for q in self._members() if q is not tried]
         with scripts.translated():
             with self.client.pipeline(transaction=False) as p:
                 for q in others:
@@ -301,8 +305,9 @@ class PartitionedQueue:
     # -- every partition ------------------------------------------------------------------
 
     def _each(self, act: Callable[[Queue], T]) -> list[T]:
-        parts = self.partitions()
-        return unwrap(gather([functools.partial(act, q) for q in parts]))
+        """``act`` on every partition and on the plain queue of this name, at once."""
+        members = self._members()
+        return unwrap(gather([functools.partial(act, q) for q in members]))
 
     def redrive_all(self, *, keep_counters: bool = False) -> int:
         return sum(self._each(lambda q: q.redrive_all(keep_counters=keep_counters)))
@@ -326,8 +331,8 @@ class PartitionedQueue:
         return sum(len(r.recovered) + len(r.dead) + len(r.missing) for r in done)
 
     def obliterate(self, *, force: bool = False) -> int:
-        """Obliterate every partition, then forget the partition count (a later producer
-        may choose another)."""
+        """Obliterate every partition and the plain queue, then forget the partition count
+        (a later producer may choose another)."""
         n = sum(self._each(lambda q: q.obliterate(force=force)))
         with scripts.translated():
             self.client.hdel(QueueKeys.of(self.name).meta, FIELD)

@@ -37,12 +37,13 @@ def partitioned_stats(
     client: redis.Redis, name: str, show_parts: bool
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], str | None]:
     """``(row, partition rows, limits line)`` of partitioned queue ``name``: the row sums the
-    partitions' counts (and says how many there are); a partition's row has its own counts,
-    limits and cluster slot; limits hold per partition, and the line shows partition 0's."""
+    counts of its partitions and of the plain queue of its name, and says how many partitions;
+    a partition's row has its own counts, limits and cluster slot; limits hold per partition,
+    and the line shows partition 0's."""
     pq = PartitionedQueue(client, name)
     parts: list[Queue] = pq.partitions()
     each = pq.partition_counts()
-    total: dict[str, Any] = dict(sum_counts(each))
+    total: dict[str, Any] = dict(sum_counts([*each, Queue(client, name).counts()]))
     limits, note = stats_limits(parts[0])
     total |= {"limits": limits, "partitions": len(parts)}
     rows: dict[str, dict[str, Any]] = {}
