@@ -37,6 +37,7 @@ from emq import (
 from emq.cli.main import cli
 from emq.config import MAX_PARTITIONS
 from emq.keys import QueueKeys
+from emq.partition_count import expand_queues
 from emq.partitioning import (
     FIELD,
     EnqueuePlan,
@@ -183,12 +184,16 @@ def test_jobs_in_the_plain_queue_of_the_name_are_served_and_counted(
     assert pq.counts()["pending"] == 5
     found = pq.job(after)
     assert found is not None and found.payload == "plain, after"
+    plain = {partition_name(qname, p): QueueOptions() for p in range(3)}
+    assert expand_queues(client, {qname: QueueOptions()}) == {**plain, qname: QueueOptions()}
     seen: list[str] = []
     w = Worker(qname, {"t": lambda p, ctx: seen.append(ctx.id)}, url=url,
                options=WorkerOptions(burst=True))  # fmt: skip
     w.run_sync(handle_signals=False)
     assert sorted(seen) == sorted([before, after, *ids])
     assert pq.counts()["completed"] == 5
+    # the plain queue is served by a run that starts while it holds live jobs, and only then
+    assert expand_queues(client, {qname: QueueOptions()}) == plain
     pq.close()
 
 

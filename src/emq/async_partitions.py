@@ -231,8 +231,8 @@ class AsyncPartitionedQueue:
         return found
 
     async def _members(self) -> list[AsyncQueue]:
-        """The partitions, then the plain queue of this name (which holds what a plain
-        producer enqueued there; a worker of this name serves it too)."""
+        """The partitions, then the plain queue of this name (which holds what was put
+        there by name; a worker of this name that starts while it does serves it too)."""
         return [*await self.partitions(), self._base]
 
     async def _locate(self, job_id: str, tried: AsyncQueue) -> AsyncQueue | None:

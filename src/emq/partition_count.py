@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import redis
 
 from . import scripts
+from .queue import Queue
 from .config import QueueOptions
 from .keys import QueueKeys
 from .partitioning import FIELD, check_stored, not_partitioned, partition_names
@@ -63,10 +64,10 @@ def expand_queues(
     client: redis.Redis, queues: dict[str, QueueOptions]
 ) -> dict[str, QueueOptions]:
     """A worker's queues with every partitioned one replaced by its partitions (in order,
-    each once) followed by the plain queue of its name, which serves whatever was enqueued
-    there (a plain ``Queue``, ``emq enqueue``, a flow's child). A queue given
-    ``QueueOptions(partitions=N)`` has N checked against (or stored as) the server's count;
-    any other name is partitioned when the server says so."""
+    each once), and followed by the plain queue of its name when that holds live jobs now
+    (left from before the split, or put there by name): then the run serves them too. A queue
+    given ``QueueOptions(partitions=N)`` has N checked against (or stored as) the server's
+    count; any other name is partitioned when the server says so."""
     held = stored_counts(client, queues)
     out: dict[str, QueueOptions] = {}
     for name, options in queues.items():
@@ -78,6 +79,14 @@ def expand_queues(
             out.setdefault(name, options)
             continue
         plain = dataclasses.replace(options, partitions=1)
-        for part in [*partition_names(name, n), name]:
+        for part in partition_names(name, n):
             out.setdefault(part, plain)
+        if live_jobs(Queue(client, name, options=plain)):
+            out.setdefault(name, plain)
     return out
+
+
+def live_jobs(q: Queue) -> int:
+    """Jobs pending, leased, scheduled or waiting in queue ``q``."""
+    counts = q.counts()
+    return sum(counts[k] for k in ("pending", "active", "schedule", "waiting"))

@@ -16,8 +16,9 @@ meets its one dedup record; emq mints its id among those whose own hash names th
 goes to its id's partition, so the id stays unique queue-wide. Giving both an id and a key is
 refused (the two could name different partitions). Jobs that emq did not route (a repeating
 schedule's ticks, a flow's children, jobs enqueued into a partition by name) are found by
-looking in every partition. The plain queue ``hot`` stays a member: what a plain producer
-enqueues there is served by the workers of ``hot`` and counted with the partitions.
+looking in every partition. Jobs in the plain queue ``hot`` (put there by name) are counted
+and found with the partitions, and served by a worker of ``hot`` that starts while they are
+there.
 """
 
 from __future__ import annotations

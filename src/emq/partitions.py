@@ -234,8 +234,8 @@ class PartitionedQueue:
         return found
 
     def _members(self) -> list[Queue]:
-        """The partitions, then the plain queue of this name (which holds what a plain
-        producer enqueued there; a worker of this name serves it too)."""
+        """The partitions, then the plain queue of this name (which holds what was put
+        there by name; a worker of this name that starts while it does serves it too)."""
         return [*self.partitions(), self._base]
 
     def _locate(self, job_id: str, tried: Queue) -> Queue | None:
