@@ -80,8 +80,8 @@ def test_names_and_routing_are_pure() -> None:
 
 
 def test_plan_keeps_each_partitions_share_in_batch_order() -> None:
-    specs = [JobSpec("t", i, key=f"k{i}" if i % 2 else None) for i in range(200)]
-    plan = EnqueuePlan(specs, 3)
+    keys = [f"k{i}" if i % 2 else None for i in range(200)]
+    plan = EnqueuePlan([(k, None) for k in keys], 3)
     counter = iter(range(10**6))
     while wanted := plan.wanted():
         plan.feed([f"JOB{next(counter):011d}" for _ in range(wanted)])
@@ -92,8 +92,12 @@ def test_plan_keeps_each_partitions_share_in_batch_order() -> None:
         assert share == sorted(share) and ids == sorted(ids)  # batch order is mint order
         assert all(partition_of(i, 3) == p for i in ids)  # every id routes to its partition
         for i in share:
-            if (key := specs[i].key) is not None:
+            if (key := keys[i]) is not None:
                 assert partition_of(key, 3) == p
+    plain = EnqueuePlan([(None, None)] * 5, 3)  # no keys: every minted id used, in order
+    assert plain.wanted() == 5
+    plain.feed([f"JOB{i:011d}" for i in range(5)])
+    assert plain.wanted() == 0 and plain.ids == [f"JOB{i:011d}" for i in range(5)]
 
 
 def test_keys_of_partitions_hash_to_different_slots() -> None:

@@ -32,7 +32,6 @@ from .partitioning import (
     FIELD,
     EnqueuePlan,
     agather,
-    as_spec,
     check_pair,
     merge_jobs,
     partition_names,
@@ -41,12 +40,13 @@ from .partitioning import (
     unwrap,
 )
 from .records import EnqueuedId, Job, JobSpec
-from .shell import note_landed, refuse_repeats
+from .shell import note_landed
 
 if TYPE_CHECKING:
     from .archive.floor import Floor
 
 T = TypeVar("T")
+KEY = 6  # a job's dedup key in its ARGV group (emq.calls.QueueCore.job_group)
 
 
 class AsyncPartitionedQueue:
@@ -145,15 +145,13 @@ class AsyncPartitionedQueue:
         (one step per 1,000), the partitions at once. The ids come back in the batch's order.
         An error in one partition is raised once every partition has answered, with the ids
         the others admitted in its ``.landed``."""
-        specs = [as_spec(j) for j in jobs]
         base = self._base
-        groups = [base.core.job_spec(check_pair(s)) for s in specs]  # before any I/O
-        if any(s.id is not None for s in specs):
-            refuse_repeats(groups)
+        groups = base._groups(jobs)  # every check of an enqueue, before any I/O
+        pairs = [check_pair(str(g[KEY]) or None, str(g[0]) or None) for g in groups]
         parts = await self.partitions()
         if size := base._largest_payload(groups):
             base._refuse_oversized(size, await parts[0]._bulk_limit())
-        plan = EnqueuePlan(specs, len(parts))
+        plan = EnqueuePlan(pairs, len(parts))
         while wanted := plan.wanted():
             plan.feed(await parts[0].new_ids(wanted))
         for group, job_id in zip(groups, plan.ids, strict=True):
@@ -164,7 +162,7 @@ class AsyncPartitionedQueue:
             for p, share in shares.items()
         ]
         results = await agather(sends)
-        out: list[EnqueuedId | None] = [None] * len(specs)
+        out: list[EnqueuedId | None] = [None] * len(groups)
         error: BaseException | None = None
         for share, got in zip(shares.values(), results, strict=True):
             if isinstance(got, BaseException):

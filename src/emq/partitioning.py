@@ -29,14 +29,14 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from .checks import shown
 from .config import MAX_PARTITIONS
 from .errors import InvalidName, InvalidOption
 from .ids import check_id
 from .keys import QUEUE_NAME, check_queue_name
-from .records import Job, JobSpec
+from .records import Job
 
 T = TypeVar("T")
 
@@ -122,50 +122,59 @@ def not_partitioned(name: str) -> InvalidOption:
     )
 
 
-def check_pair(spec: JobSpec) -> JobSpec:
-    """``spec``, unless it has both an id and a key (refused: the two may route apart)."""
-    if spec.id is not None and spec.key is not None:
+def check_pair(key: str | None, job_id: str | None) -> tuple[str | None, str | None]:
+    """``(key, job_id)``, unless both are given (refused: the two may route apart)."""
+    if job_id is not None and key is not None:
         raise InvalidOption(
-            f"job id {shown(spec.id)} comes with dedup key {shown(spec.key)}: on a "
-            "partitioned queue the key chooses the partition, and an id emq did not mint may "
-            "hash to another one. Give the key alone (emq mints an id routed with it) or the "
-            "id alone"
+            f"job id {shown(job_id)} comes with dedup key {shown(key)}: on a partitioned "
+            "queue the key chooses the partition, and an id emq did not mint may hash to "
+            "another one. Give the key alone (emq mints an id routed with it) or the id alone"
         )
-    return spec
+    return key, job_id
 
 
 class EnqueuePlan:
     """Which partition each job of a batch goes to, and its id (no I/O).
 
-    Feed it minted ids while :meth:`wanted` asks for some. A job with a key takes the first
-    unused minted id whose hash names the key's partition; a job with neither id nor key
-    takes the first unused id, and goes where that id hashes. Ids are taken in mint order
-    within each partition, so each partition admits a batch's jobs in the batch's order (its
-    FIFO); minted ids that fit no job are dropped."""
+    Built from each job's ``(key, id)`` (checked: not both). Feed it minted ids while
+    :meth:`wanted` asks for some. A job with a key takes the first unused minted id whose hash
+    names the key's partition; a job with neither id nor key takes the first unused id, and
+    goes where that id hashes. Ids are taken in mint order within each partition, so each
+    partition admits a batch's jobs in the batch's order (its FIFO); minted ids that fit no job
+    are dropped. A batch without keys uses every minted id, in order."""
 
-    def __init__(self, specs: Sequence[JobSpec], n: int) -> None:
+    def __init__(self, pairs: Sequence[tuple[str | None, str | None]], n: int) -> None:
         self.n = n
-        self.specs = list(specs)
         self.ids: list[str | None] = []
         self.target: list[int | None] = []  # a key's or an explicit id's partition
-        for spec in self.specs:
-            check_pair(spec)
-            if spec.id is not None:
-                self.ids.append(check_id(spec.id))
-                self.target.append(partition_of(spec.id, n))
+        keyed = False
+        for key, job_id in pairs:
+            if job_id is not None:
+                self.ids.append(check_id(job_id))
+                self.target.append(partition_of(job_id, n))
             else:
                 self.ids.append(None)
-                self.target.append(None if spec.key is None else partition_of(spec.key, n))
+                self.target.append(None if key is None else partition_of(key, n))
+                keyed = keyed or key is not None
+        self._keyed = keyed
         self._pools: list[deque[str]] = [deque() for _ in range(n)]
         self._heads: list[tuple[str, int]] = []  # (a pool's first id, its partition), lazily
         self._next = 0  # the first job that may still need an id
 
     def feed(self, minted: Sequence[str]) -> None:
+        if not self._keyed:  # every id in mint order to the jobs without one
+            it = iter(minted)
+            for i in range(self._next, len(self.ids)):
+                if self.ids[i] is None:
+                    job_id = self.ids[i] = next(it)
+                    self.target[i] = partition_of(job_id, self.n)
+            self._next = len(self.ids)
+            return
         for job_id in minted:
-            pool = self._pools[partition_of(job_id, self.n)]
-            if not pool:
-                heapq.heappush(self._heads, (job_id, partition_of(job_id, self.n)))
-            pool.append(job_id)
+            p = partition_of(job_id, self.n)
+            if not self._pools[p]:
+                heapq.heappush(self._heads, (job_id, p))
+            self._pools[p].append(job_id)
 
     def _take(self, p: int | None) -> str | None:
         """The first unused id of partition ``p`` (None: of any), or None if none is left."""
@@ -190,9 +199,11 @@ class EnqueuePlan:
     def wanted(self) -> int:
         """Give ids to the jobs in order as far as the minted ids go; how many more ids to
         mint (0: every job has one)."""
+        if not self._keyed:
+            return 0 if self._next else sum(1 for i in self.ids if i is None)
         pools = self._pools
         i = self._next
-        while i < len(self.specs):
+        while i < len(self.ids):
             if self.ids[i] is None:
                 job_id = self._take(self.target[i])
                 if job_id is None:
@@ -201,11 +212,11 @@ class EnqueuePlan:
                 self.target[i] = partition_of(job_id, self.n)
             i += 1
         self._next = i
-        if i == len(self.specs):
+        if i == len(self.ids):
             return 0
         keyed = [0] * self.n
         plain = 0
-        for j in range(i, len(self.specs)):
+        for j in range(i, len(self.ids)):
             p = self.target[j]
             if self.ids[j] is not None:
                 continue
@@ -224,14 +235,6 @@ class EnqueuePlan:
             assert p is not None and self.ids[i] is not None, "wanted() must return 0 first"
             out.setdefault(p, []).append(i)
         return out
-
-
-def as_spec(job: JobSpec | tuple[str, Any]) -> JobSpec:
-    if isinstance(job, JobSpec):
-        return job
-    if job.__class__ is tuple and len(job) == 2:
-        return JobSpec(job[0], job[1])
-    raise InvalidOption(f"each job must be a JobSpec or a (name, payload) pair, got {shown(job)}")
 
 
 def sum_counts(parts: Sequence[dict[str, int]]) -> dict[str, int]:
