@@ -105,6 +105,8 @@ NAMES = {
     "arun": "run",
     "acheck": "check",
     "aclose": "close",
+    "aclose_client": "close_client",
+    "async_client": "sync_client",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
 }

@@ -17,6 +17,8 @@ import pytest
 import redis
 
 from emq import AsyncQueue, Queue
+from emq.clients import close_client, sync_client
+from emq.cluster_server import EmbeddedCluster
 from emq.server import EmbeddedServer, valkey_binary
 
 SERVERS = ["valkey", "redis"]
@@ -29,11 +31,65 @@ def _binary(kind: str) -> Path | None:
     return Path(found) if found else None
 
 
-@pytest.fixture(scope="session", params=SERVERS)
+# Suites that also run against a real local cluster (3 primaries, 3 replicas), as the third
+# server kind: the core, the worker, the archive, and the features built on them.
+CLUSTER_SUITES = {
+    "test_archive",
+    "test_async_queue",
+    "test_cancel",
+    "test_edits",
+    "test_events",
+    "test_fencing",
+    "test_flows",
+    "test_lanes",
+    "test_lifo",
+    "test_progress",
+    "test_repeat",
+    "test_results",
+    "test_sweep",
+    "test_transitions",
+    "test_worker",
+    "test_worker_acks",
+    "test_worker_burst",
+}
+
+
+class ClusterServer:
+    """The suite's local cluster, answering what the tests ask of a ``server``."""
+
+    kind = "cluster"
+
+    def __init__(self, cluster: EmbeddedCluster) -> None:
+        self.cluster = cluster
+        self.binary = valkey_binary()
+
+    def url(self) -> str:
+        return self.cluster.url()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "server" in metafunc.fixturenames:
+        kinds = [*SERVERS, "cluster"] if module in CLUSTER_SUITES else SERVERS
+        metafunc.parametrize("server", kinds, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServer]:
+    cluster = EmbeddedCluster(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=1)
+    cluster.start()
+    yield ClusterServer(cluster)
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EmbeddedServer]:
     kind = request.param
+    if kind == "cluster":
+        yield request.getfixturevalue("cluster_server")
+        return
     binary = _binary(kind)
     if binary is None:
         if os.environ.get("EMQ_REQUIRE_REDIS") == "1":
@@ -58,9 +114,10 @@ def qname(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def client(url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(url, decode_responses=True)
+    """A client of ``server``: on the cluster, one that routes each key to its node."""
+    c = sync_client(url, decode_responses=True)
     yield c
-    c.close()
+    close_client(c)
 
 
 @pytest.fixture
@@ -78,6 +135,8 @@ async def aqueue(url: str, qname: str) -> AsyncQueue:
 @pytest.fixture
 def own(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedServer]:
     """A started server of the same kind as ``server`` that this test alone may break."""
+    if isinstance(server, ClusterServer):
+        pytest.skip("breaks a single server of its own: covered on valkey and redis")
     srv = EmbeddedServer(tmp_path / "own", binary=server.binary)
     srv.start()
     yield srv

@@ -11,8 +11,15 @@ from typing import Any
 import redis
 
 from emq import Queue
+from emq.clients import node_client
 from emq.keys import QueueKeys
 from emq.states import STATE_OF_LOCATION, Location
+
+
+def node_of(client: redis.Redis, queue: str) -> redis.Redis:
+    """The server that holds ``queue``: ``client`` itself, or on a cluster the node of the
+    queue's slot (for its INFO: blocked clients, commandstats)."""
+    return node_client(client, QueueKeys.of(queue).metrics)
 
 
 def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:

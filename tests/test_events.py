@@ -20,7 +20,7 @@ from emq import AsyncQueue, JobSpec, Queue
 from emq.cli.main import cli
 from emq.events import EVENT_FIELDS, JOB_EVENTS, OPTIONAL_FIELDS, Event, id_after, parse_id
 
-from .helpers import expire_leases
+from .helpers import expire_leases, node_of
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "events.md"
 HANG = 60.0  # waits poll for a condition: this only bounds a hang, never a speed
@@ -159,6 +159,7 @@ def test_follow_blocks_in_xread_instead_of_polling(queue: Queue, client: redis.R
     been counted as old, however slow the machine), and the blocked call returns it."""
     queue.enqueue("old", None)
     got: list[Event] = []
+    client = node_of(client, queue.name)  # its INFO counts the blocked reader
     baseline = _blocked_clients(client)
 
     def later() -> None:
@@ -206,6 +207,7 @@ async def test_async_iterator_from_now_sees_only_new_events(
 ) -> None:
     queue.enqueue("before", None)
     aq = AsyncQueue.from_url(url, queue.name)
+    client = node_of(client, queue.name)
     try:
         baseline = _blocked_clients(client)
         stream = aq.events("$", follow=True)

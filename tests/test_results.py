@@ -25,7 +25,7 @@ from emq import (
 )
 from emq.keys import QueueKeys
 
-from .helpers import assert_consistent, expire_leases
+from .helpers import assert_consistent, expire_leases, node_of
 
 HANG = 60.0  # bounds a hang, never a speed
 RESULTS = QueueOptions(result_ttl_ms=60_000)
@@ -130,7 +130,8 @@ def test_a_waiter_started_before_the_job_ran_gets_the_result_from_blpop(
     row_key = QueueKeys.of(qname).job(job)
     # each registered in the row and is blocked in BLPOP on done:<id> (not polling)
     wait_for(lambda: client.hget(row_key, "waiters") == "3", "three registered waiters")
-    wait_for(lambda: blocked_waiters(client) >= 3, "three clients blocked in BLPOP")
+    node = node_of(client, qname)
+    wait_for(lambda: blocked_waiters(node) >= 3, "three clients blocked in BLPOP")
     assert all(w.is_alive() for w in waiters)
     (c,) = q.claim(1, 30_000)
     q.complete_with_result(c.id, c.token, {"got": c.payload})

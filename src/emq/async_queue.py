@@ -19,13 +19,13 @@ from . import durability, otel, scripts
 from .async_control import AsyncControl
 from .async_reads import AsyncReads
 from .calls import Arg, Call, Hold, node_lease
+from .clients import aclose_client, async_client, decodes, pool_of
 from .config import (
     DEFAULT_LEASE_MS,
     MAX_STALLED,
     SWEEP_LIMIT,
     Backoff,
     QueueOptions,
-    check_url,
 )
 from .errors import CancelRequested, EmqError, InvalidOption
 from .keys import KNOWN_QUEUES
@@ -57,21 +57,21 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         self, client: redis.asyncio.Redis, name: str, *, options: QueueOptions | None = None
     ) -> None:
         super().__init__(name, options)
-        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+        if not decodes(client):
             raise InvalidOption("the client must be created with decode_responses=True")
         self.client = client
-        self._minter = minter_for(client.connection_pool)
+        self._minter = minter_for(pool_of(client))
         self._mint_lock = asyncio.Lock()
         self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
         self._announced: set[str] = set()  # queue names this object put in the known queues
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> AsyncQueue:
-        client = redis.asyncio.Redis.from_url(check_url(url), decode_responses=True)
+        client = async_client(url, decode_responses=True)
         return cls(client, name, options=options)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await aclose_client(self.client)
 
     async def __aenter__(self) -> AsyncQueue:
         return self
@@ -155,14 +155,14 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
     async def _bulk_limit(self) -> int | None:
         """The server's proto-max-bulk-len, read once per connection pool (None if CONFIG is
         refused)."""
-        known, limit = known_bulk_limit(self.client.connection_pool)
+        known, limit = known_bulk_limit(pool_of(self.client))
         if known:
             return limit
         try:
             reply: object = await self.client.config_get("proto-max-bulk-len")
         except redis.ResponseError:
             reply = None
-        return remember_bulk_limit(self.client.connection_pool, reply)
+        return remember_bulk_limit(pool_of(self.client), reply)
 
     async def enqueue(
         self,

@@ -88,8 +88,10 @@ def _target(url: str, kwargs: dict[str, Any]) -> tuple[str, bool]:
 
 
 def cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What a cluster client takes of a plain client's options (a cluster has no db)."""
-    return {k: v for k, v in kwargs.items() if k not in _PLAIN_ONLY}
+    """What a cluster client takes of a plain client's options (a cluster has no db), with a
+    plain client's default read timeout (none: a blocking read such as ``XREAD BLOCK`` waits
+    as long as it asked to, where redis-py's cluster client would give up after 5 s)."""
+    return {"socket_timeout": None} | {k: v for k, v in kwargs.items() if k not in _PLAIN_ONLY}
 
 
 def sync_client(url: str, **kwargs: Any) -> redis.Redis:

@@ -47,11 +47,12 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
-from . import scripts
+from . import clients, scripts
 from .config import QueueOptions
-from .errors import EmqError
+from .errors import EmqError, ServerUnreachable
+from .keys import QueueKeys
 from .probe import Facts, probe_commands, read_facts, refusal
 from .shell import UNREACHABLE
 
@@ -65,6 +66,9 @@ delivery across queues (confirmed before its outbox entry is deleted), and the o
 moves. Claims, extends, promotes and sweeps are not waited for: losing one to a rollback
 puts a job back where a worker or the sweep finds it again."""
 
+# Replies that mean the script did not run: its cache is empty there (a restart, a flush, a
+# replica just promoted), or the slot moved to another node of a cluster.
+_NOT_RUN = (NoScriptError, MovedError, AskError)
 MARKER_FIELD = "completed"  # HINCRBY <metrics> completed 0: a write that changes nothing
 
 Calls = list[tuple[list[str], list[str | int | float]]]
@@ -184,24 +188,33 @@ class Guard:
 
     def check(self, client: redis.Redis) -> None:
         """Raise :class:`~emq.errors.UnsafeServer` if this server cannot run the queue."""
-        pool = client.connection_pool
+        node = self._node(client)
+        pool = node.connection_pool
         facts = self._cached(pool)
         if facts is None:
             mode = self.options.durability
-            facts = read_facts(_send(client, probe_commands(mode)), mode)
+            facts = read_facts(_send(node, probe_commands(mode)), mode)
         self._judge(pool, facts)
+
+    def _node(self, client: redis.Redis) -> redis.Redis:
+        """The client of the node that holds this queue (``client`` itself off a cluster)."""
+        return clients.node_client(client, self.marker) if self.marker else client
 
     def run(self, client: redis.Redis, name: str, calls: Calls) -> list[Any]:
         """Run ``calls`` of script ``name`` and wait for their fsync (see the module doc)."""
         sha = scripts.SCRIPTS[name].sha
         cmds = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls] + self._tail()
-        replies = _send(client, cmds)
+        try:
+            replies = _send(self._node(client), cmds)
+        except ServerUnreachable:
+            clients.relearn_slots(client)
+            raise
         out, tail = replies[: len(calls)], replies[len(calls) :]
-        missed = [i for i, r in enumerate(out) if isinstance(r, NoScriptError)]
-        if missed:  # nothing applied: scripts.run loads the script, applies the call
-            for i in missed:
+        missed = [i for i, r in enumerate(out) if isinstance(r, _NOT_RUN)]
+        if missed:  # nothing applied: scripts.run loads the script (or finds the slot's new
+            for i in missed:  # node), applies the call
                 out[i] = scripts.run(client, name, *calls[i])
-            tail = _send(client, self._tail())
+            tail = _send(self._node(client), self._tail())
         out = [_script_reply(r) for r in out]
         self._confirm(tail)
         return out
@@ -210,24 +223,32 @@ class Guard:
 
     async def acheck(self, client: redis.asyncio.Redis) -> None:
         """Raise :class:`~emq.errors.UnsafeServer` if this server cannot run the queue."""
-        pool = client.connection_pool
+        node = await self._anode(client)
+        pool = node.connection_pool
         facts = self._cached(pool)
         if facts is None:
             mode = self.options.durability
-            facts = read_facts(await _asend(client, probe_commands(mode)), mode)
+            facts = read_facts(await _asend(node, probe_commands(mode)), mode)
         self._judge(pool, facts)
+
+    async def _anode(self, client: redis.asyncio.Redis) -> redis.asyncio.Redis:
+        return await clients.anode_client(client, self.marker) if self.marker else client
 
     async def arun(self, client: redis.asyncio.Redis, name: str, calls: Calls) -> list[Any]:
         """Run ``calls`` of script ``name`` and wait for their fsync (see the module doc)."""
         sha = scripts.SCRIPTS[name].sha
         cmds = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls] + self._tail()
-        replies = await _asend(client, cmds)
+        try:
+            replies = await _asend(await self._anode(client), cmds)
+        except ServerUnreachable:
+            await clients.arelearn_slots(client)
+            raise
         out, tail = replies[: len(calls)], replies[len(calls) :]
-        missed = [i for i, r in enumerate(out) if isinstance(r, NoScriptError)]
+        missed = [i for i, r in enumerate(out) if isinstance(r, _NOT_RUN)]
         if missed:
             for i in missed:
                 out[i] = await scripts.run_async(client, name, *calls[i])
-            tail = await _asend(client, self._tail())
+            tail = await _asend(await self._anode(client), self._tail())
         out = [_script_reply(r) for r in out]
         self._confirm(tail)
         return out
@@ -238,8 +259,8 @@ async def check_queues(client: redis.asyncio.Redis, queues: Mapping[str, QueueOp
     :class:`~emq.errors.UnsafeServer`. An unreachable server is not an error here (a worker
     rides out an outage); the queues' first calls check it then. ``client`` stays open."""
     try:
-        for options in queues.values():
-            await Guard(options, "").acheck(client)
+        for name, options in queues.items():
+            await Guard(options, QueueKeys(name).metrics).acheck(client)
     except UNREACHABLE:
         log.debug("server unreachable at start: checked at the first call instead")
 

@@ -78,9 +78,9 @@ def await_result(core: QueueCore, job_id: str, *, register: bool) -> Call[list[A
     """Look at a job for ``result()``: its outcome if it ended, else ``[WAITING, state]``
     with the caller counted as a waiter (``register``; a re-check counts it only if the row
     shows none, as after a restart that lost the count)."""
-    k = core.keys
-    args: list[Arg] = [k.prefix, check_id(job_id), 1 if register else 0]
-    return Call("await_result", [], args, list)
+    k, job_id = core.keys, check_id(job_id)
+    args: list[Arg] = [1 if register else 0]
+    return Call("await_result", [k.job(job_id), k.done(job_id)], args, list)
 
 
 def check_timeout(timeout_s: float | None) -> float | None:

@@ -261,7 +261,8 @@ def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
     try:
         with client.pipeline(transaction=False) as pipe:
             for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                # execute_command: a cluster pipeline refuses .evalsha, but routes this by key
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
             replies = pipe.execute(raise_on_error=False)
     except LOST as exc:
         raise unreachable(exc) from exc
@@ -279,7 +280,7 @@ async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Cal
     try:
         async with client.pipeline(transaction=False) as pipe:
             for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             replies = await pipe.execute(raise_on_error=False)
     except LOST as exc:
         raise unreachable(exc) from exc

@@ -70,7 +70,9 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
 def connect(url: str) -> redis.Redis:
     """A client for an already resolved URL, with bounded connect and read timeouts (a port
     that accepts and never answers gives an error, not a hang)."""
-    return redis.Redis.from_url(
+    from ..clients import sync_client
+
+    return sync_client(
         url,
         decode_responses=True,
         socket_connect_timeout=CONNECT_TIMEOUT_S,

@@ -8,22 +8,21 @@
 -- never takes an old outcome for the new one. A job whose row is gone (completed without
 -- keeping it, removed, expired) answers the message a waiter was sent, if one is left.
 --
--- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
--- ARGV[2] id         string  the job
--- ARGV[3] register   integer 1 = count the caller as a waiter; 0 = a re-check after a BLPOP
+-- KEYS[1] job        HASH    the job's row, job:<id>
+-- KEYS[2] done       LIST    outcomes pushed for the job's waiters, done:<id>
+-- ARGV[1] register   integer 1 = count the caller as a waiter; 0 = a re-check after a BLPOP
 --                            slice: count it only if the row shows no waiter (a restart
 --                            lost the count)
 -- Returns: {'completed', result JSON text or '' (not kept)} | {'dead', last_error} |
 --   {'cancelled', last_error} | {'told', 'outcome\nvalue'} (a message left on done:<id>) |
 --   {'missing'} (no row) | {'waiting', state}
 -- Errors: none
--- Derives: job:<id> HASH, done:<id> LIST
-local prefix = ARGV[1]
-local id = ARGV[2]
-local register = ARGV[3]
+-- Derives: none
+local k_job = KEYS[1]
+local k_done = KEYS[2]
+local register = ARGV[1]
+local row = k_job
 
-local row = prefix .. 'job:' .. id
-local k_done = prefix .. 'done:' .. id
 local f = redis.call('HMGET', row, 'state', 'result', 'last_error', 'cancelled', 'waiters')
 if not f[1] then
   local told = redis.call('LPOP', k_done)

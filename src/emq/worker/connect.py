@@ -16,13 +16,16 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from ..clients import async_client, is_cluster_client, sync_client
 from ..config import check_url, redact_url
 from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
@@ -73,7 +76,16 @@ class ClientFactory:
         self.url = check_url(url) if url is not None else None
         self.kwargs: dict[str, Any] = {}
         self.scheme = "redis"
-        if like is not None:
+        self.cluster = like is not None and is_cluster_client(like)
+        if like is not None and self.cluster:
+            node = like.get_default_node()
+            kwargs = (
+                getattr(like, "connection_kwargs", None) or like.nodes_manager.connection_kwargs
+            )
+            self.kwargs = {k: v for k, v in kwargs.items() if k in _COPIED}
+            self.kwargs |= {"host": node.host, "port": node.port}
+            self.kwargs.pop("db", None)
+        elif like is not None:
             pool = like.connection_pool
             self.kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
             cls_name = pool.connection_class.__name__
@@ -103,7 +115,9 @@ class ClientFactory:
     def sync(self, socket_timeout: float | None = 10.0) -> redis.Redis:
         extra = self._common(socket_timeout) | {"retry": Retry(NoBackoff(), 0)}
         if self.url is not None:
-            return redis.Redis.from_url(self.url, **extra)
+            return sync_client(self.url, **extra)
+        if self.cluster:
+            return cast(redis.Redis, RedisCluster(**self.kwargs, **extra))
         kwargs = dict(self.kwargs)
         if self.scheme == "unix":
             kwargs["unix_socket_path"] = kwargs.pop("path")
@@ -116,7 +130,9 @@ class ClientFactory:
 
         extra = self._common(socket_timeout) | {"retry": AsyncRetry(NoBackoff(), 0)}
         if self.url is not None:
-            return redis.asyncio.Redis.from_url(self.url, **extra)
+            return async_client(self.url, **extra)
+        if self.cluster:
+            return cast(redis.asyncio.Redis, AsyncRedisCluster(**self.kwargs, **extra))
         kwargs = dict(self.kwargs)
         if self.scheme == "unix":
             kwargs["unix_socket_path"] = kwargs.pop("path")

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..async_queue import AsyncQueue
+from ..clients import aclose_client, close_client
 from ..config import QueueOptions
 from ..errors import WorkerFailed
 from ..queue import Queue
@@ -197,9 +198,9 @@ class Runner:
         self.slots.close()
         self.cancels.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
-        await self.client.aclose()
-        await self.blocking.aclose()
-        self.sync.close()
+        await aclose_client(self.client)
+        await aclose_client(self.blocking)
+        close_client(self.sync)
         if self.observe is not None:
             self.observe.close()
         self.stats.outages = self.outage.count
