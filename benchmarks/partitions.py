@@ -13,9 +13,11 @@ order:
 * ``process``: jobs/s of one ``Worker`` (burst mode, async no-op handler, ``--conc``) that
   drains the ``--jobs`` backlog, between the 10th and 90th percentile of handler starts.
 
-It prints one JSON object per round and side, then the median of each rate and the ratio
-partitioned / plain (the figure to compare: absolute rates on a shared machine drift). Every
-queue it makes is obliterated at the end.
+Each side also records CPU per job: ``enqueue_us`` (this process, the batches), ``worker_us``
+(this process, the drain) and ``server_us`` (the server's, enqueue and drain; not on a
+cluster), steadier than rates on a shared machine. It prints one JSON object per round and
+side, then the median of each figure and the ratio partitioned / plain (absolute figures on a
+shared machine drift; compare the ratios). Every queue it makes is obliterated at the end.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from emq import PartitionedQueue, Queue, QueueOptions, Worker, WorkerOptions
 from emq.server import EmbeddedServer
@@ -43,15 +47,31 @@ def rate(starts: list[float]) -> float:
     return (hi - lo) / span if span > 0 else 0.0
 
 
-def enqueue_rates(q: Queue | PartitionedQueue, jobs: int, singles: int) -> tuple[float, float]:
+def enqueue_rates(
+    q: Queue | PartitionedQueue, jobs: int, singles: int
+) -> tuple[float, float, float]:
+    """``(batch jobs/s, single jobs/s, client CPU us per job of the batches)``."""
     t0 = time.perf_counter()
     for i in range(singles):
         q.enqueue("noop", i)
     single = singles / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for start in range(0, jobs, BATCH):
         q.enqueue_many([("noop", start + i) for i in range(min(BATCH, jobs - start))])
-    return jobs / (time.perf_counter() - t0), single
+    cpu_us = (time.process_time() - cpu0) / jobs * 1e6
+    return jobs / (time.perf_counter() - t0), single, cpu_us
+
+
+def server_cpu(url: str) -> float | None:
+    """The server's CPU seconds so far (user + sys); None on a cluster (many servers)."""
+    c = redis.Redis.from_url(url)
+    try:
+        if c.info("cluster").get("cluster_enabled"):
+            return None
+        info = c.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    finally:
+        c.close()
 
 
 async def drain(url: str, name: str, conc: int, expect: int) -> float:
@@ -75,15 +95,25 @@ def side(url: str, kind: str, args: argparse.Namespace, tag: str) -> dict[str, A
         q = Queue.from_url(url, name)
     else:
         q = PartitionedQueue.from_url(url, name, options=QueueOptions(partitions=args.partitions))
+    total = args.jobs + args.singles
     try:
-        batch, single = enqueue_rates(q, args.jobs, args.singles)
-        process = asyncio.run(drain(url, name, args.conc, args.jobs + args.singles))
+        srv0 = server_cpu(url)
+        batch, single, enqueue_us = enqueue_rates(q, args.jobs, args.singles)
+        cpu0 = time.process_time()
+        process = asyncio.run(drain(url, name, args.conc, total))
+        worker_us = (time.process_time() - cpu0) / total * 1e6
+        srv1 = server_cpu(url)
         counts = q.counts()
         assert counts["pending"] == counts["active"] == 0, counts
         q.obliterate(force=True)
     finally:
         q.close()
-    return {"side": kind, "batch": round(batch), "single": round(single), "process": round(process)}
+    server_us = None if srv0 is None or srv1 is None else round((srv1 - srv0) / total * 1e6, 1)
+    return {
+        "side": kind, "batch": round(batch), "single": round(single), "process": round(process),
+        "enqueue_us": round(enqueue_us, 1), "worker_us": round(worker_us, 1),
+        "server_us": server_us,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -113,10 +143,13 @@ def main() -> None:
         if server is not None:
             server.stop()
     summary: dict[str, Any] = {"partitions": args.partitions, "jobs": args.jobs}
-    for what in ("batch", "single", "process"):
+    for what in ("batch", "single", "process", "enqueue_us", "worker_us", "server_us"):
+        if any(x[what] is None for x in rows):
+            continue
         plain = statistics.median(x[what] for x in rows if x["side"] == "plain")
         split = statistics.median(x[what] for x in rows if x["side"] == "partitioned")
-        summary[what] = {"plain": plain, "partitioned": split, "ratio": round(split / plain, 2)}
+        ratio = round(split / plain, 2)
+        summary[what] = {"plain": round(plain, 1), "partitioned": round(split, 1), "ratio": ratio}
     print(json.dumps(summary))
 
 
