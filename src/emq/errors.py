@@ -102,6 +102,17 @@ class UnsafeServer(EmqError):
     ``maxmemory-policy``, or a durability setting it cannot provide)."""
 
 
+class ReplicasMissing(UnsafeServer, ServerRefused):
+    """``durability="replica"`` on a server with fewer replicas connected than it waits for,
+    or on a replica. Nothing was written. It can pass by itself (a replica resyncing, a
+    failover under way), so it is also a :class:`ServerRefused` (``reason`` ``NOREPLICAS``, as
+    the server's own ``min-replicas-to-write`` says): a running worker retries it with backoff
+    instead of stopping."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "NOREPLICAS")
+
+
 class InvalidInput(EmqError, ValueError):
     """Input refused before any key was written."""
 

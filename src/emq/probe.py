@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import QueueOptions
-from .errors import UnsafeServer
+from .errors import ReplicasMissing, UnsafeServer
 
 SAFE_POLICY = "noeviction"
 WAITAOF_SINCE = "Valkey 7.2 or Redis 7.2"
@@ -150,5 +150,7 @@ def refusal(facts: Facts, options: QueueOptions) -> UnsafeServer | None:
             if facts.replicas < 0
             else f"it waits for {wanted} replica(s) and the server has {facts.replicas} connected"
         )
-        return UnsafeServer(f"durability='replica' cannot be provided: {why}. Nothing was written.")
+        return ReplicasMissing(
+            f"durability='replica' cannot be provided: {why}. Nothing was written."
+        )
     return None
