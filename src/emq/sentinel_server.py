@@ -8,9 +8,12 @@ sentinels' own). ``start`` returns only once every replica's link is up and ever
 knows the replicas and the other sentinels, so a failover can be agreed on. It returns the
 ``redis+sentinel://`` URL (:mod:`emq.sentinel`).
 
-A sentinel calls the primary down after ``down_after_ms`` (1,000 ms) of silence; with
-``failover_timeout_ms`` 3,000 a replica is promoted within a few seconds of a primary's death.
-:meth:`EmbeddedSentinel.kill_primary` SIGKILLs the current primary, for fault tests.
+A sentinel calls the primary down after ``down_after_ms`` (2,000 ms) of silence: a sentinel
+pings every second, and with 1,000 ms one of them now and then called a freshly promoted
+primary down too (a second failover). With ``failover_timeout_ms`` 3,000 a replica is promoted
+about 3 s after a primary's death. :meth:`EmbeddedSentinel.kill_primary` SIGKILLs the current
+primary (or freezes it with SIGSTOP, :meth:`~EmbeddedSentinel.resume` thaws it), for fault
+tests.
 
 Layout under the data directory (default ``./.emq/sentinel``)::
 
@@ -77,7 +80,7 @@ class EmbeddedSentinel:
         service: str = "emq",
         replicas: int = 2,
         sentinels: int = 3,
-        down_after_ms: int = 1000,
+        down_after_ms: int = 2000,
         failover_timeout_ms: int = 3000,
         binary: Path | str | None = None,
     ) -> None:
@@ -293,15 +296,24 @@ class EmbeddedSentinel:
             out[port] = str(role[0]) if isinstance(role, list) and role else "down"
         return out
 
-    def kill_primary(self) -> int:
-        """SIGKILL the current primary (no shutdown, no AOF flush); returns its port."""
+    def kill_primary(self, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to the current primary: SIGKILL (no shutdown, no AOF flush), or
+        SIGSTOP to freeze it (then :meth:`resume`); returns its port."""
         port = self.primary_port()
+        os.kill(self._pid(port), sig)
+        return port
+
+    def resume(self, port: int) -> None:
+        """SIGCONT the node on ``port`` (frozen by ``kill_primary(signal.SIGSTOP)``): it comes
+        back as the primary it was, until the sentinels make it a replica."""
+        os.kill(self._pid(port), signal.SIGCONT)
+
+    def _pid(self, port: int) -> int:
         nodes, _ = self._ports()
         pid = self.node(nodes.index(port))._state().get("pid")
         if not pid or not _alive(pid):
-            raise ServerError(f"the primary on port {port} is not running")
-        os.kill(pid, signal.SIGKILL)
-        return port
+            raise ServerError(f"the node on port {port} is not running")
+        return pid
 
     def _ask(self, port: int, password: str, *cmd: str) -> object:
         """One command to one process on ``port``; None if it does not answer."""
