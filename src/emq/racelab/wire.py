@@ -27,6 +27,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from .. import scripts
 from ..calls import Arg, Call
+from ..clients import node_client
 from ..errors import from_reply
 
 HIDDEN_ARGS = ("prefix", "maxlen", "request")
@@ -75,41 +76,55 @@ def plain(reply: Any) -> Any:
 
 
 class Link:
-    """One pooled connection, used without redis-py's reply callbacks: every reply is what
-    the server sent (a score is the string ``"1"``, ``TIME`` two strings), decoded as UTF-8.
+    """Pooled connections, used without redis-py's reply callbacks: every reply is what the
+    server sent (a score is the string ``"1"``, ``TIME`` two strings), decoded as UTF-8. On a
+    cluster, one connection per node: each command goes to the node of its first key.
 
-    :meth:`send` writes a batch of commands in one write and reads one reply per command; a
-    batch never holds two commands of one run, so each run's order is kept. A ``NOSCRIPT``
-    reply (someone flushed the script cache) is re-sent through :func:`emq.scripts.run`,
-    which loads the script; any other error reply is raised.
+    :meth:`send` writes a batch of commands in one write per node and reads one reply per
+    command; a batch never holds two commands of one run, so each run's order is kept. A
+    ``NOSCRIPT`` reply (someone flushed the script cache) is re-sent through
+    :func:`emq.scripts.run`, which loads the script; any other error reply is raised.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        pool = client.connection_pool
-        try:
-            self.conn = pool.get_connection()
-        except TypeError:  # redis-py < 5.3 wants a command name here
-            self.conn = pool.get_connection("PING")
+        self.conns: dict[int, tuple[Any, Any]] = {}  # id(pool) -> (pool, connection)
+
+    def _conn(self, command: Command) -> Any:
+        key = command.call.keys[0] if command.call is not None else None
+        if command.call is None and len(command.args) > 1:
+            key = str(command.args[1])
+        pool = node_client(self.client, key or "{emq}").connection_pool
+        if id(pool) not in self.conns:
+            try:
+                self.conns[id(pool)] = (pool, pool.get_connection())
+            except TypeError:  # redis-py < 5.3 wants a command name here
+                self.conns[id(pool)] = (pool, pool.get_connection("PING"))
+        return self.conns[id(pool)][1]
 
     def __enter__(self) -> Link:
         return self
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        if kind is not None:  # replies may be unread: never reuse this socket
-            self.conn.disconnect()  # type: ignore[no-untyped-call]
-        self.client.connection_pool.release(self.conn)
+        for pool, conn in self.conns.values():
+            if kind is not None:  # replies may be unread: never reuse this socket
+                conn.disconnect()
+            pool.release(conn)
 
     def send(self, commands: list[Command]) -> list[Any]:
-        wires = [command.wire() for command in commands]
-        packed = b"".join(pack_command(wire) for wire in wires)  # type: ignore[arg-type]
-        self.conn.send_packed_command([packed], check_health=False)  # type: ignore[no-untyped-call]
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(self.conn.read_response())
-            except ResponseError as exc:  # the whole reply was read; the stream is in step
-                replies.append(exc)
+        by_conn: dict[int, tuple[Any, list[int]]] = {}
+        for i, command in enumerate(commands):
+            conn = self._conn(command)
+            by_conn.setdefault(id(conn), (conn, []))[1].append(i)
+        replies: list[Any] = [None] * len(commands)
+        for conn, indices in by_conn.values():
+            packed = b"".join(pack_command(commands[i].wire()) for i in indices)  # type: ignore[arg-type]
+            conn.send_packed_command([packed], check_health=False)
+            for i in indices:
+                try:
+                    replies[i] = conn.read_response()
+                except ResponseError as exc:  # the whole reply was read; the stream is in step
+                    replies[i] = exc
         for i, (command, reply) in enumerate(zip(commands, replies, strict=True)):
             if isinstance(reply, NoScriptError) and command.call is not None:
                 call = command.call
