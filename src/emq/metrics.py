@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from .config import check_url
+from .clients import close_client, is_cluster_client, sync_client
 from .discovery import queue_names
 from .ids import minted_at_ms
 from .keys import QueueKeys
@@ -66,8 +66,9 @@ def read_queues(client: redis.Redis, names: Sequence[str], now_ms: int) -> list[
     lane mode reads its lanes (a script) for ``pending`` and its oldest waiting job."""
     out: list[QueueSample] = []
     width = len(Location) + 3
-    for start in range(0, len(names), CHUNK):
-        chunk = [QueueKeys.of(n) for n in names[start : start + CHUNK]]
+    step = 1 if is_cluster_client(client) else CHUNK  # a MULTI holds one slot on a cluster
+    for start in range(0, len(names), step):
+        chunk = [QueueKeys.of(n) for n in names[start : start + step]]
         with client.pipeline(transaction=True) as p:
             for k in chunk:
                 for loc in Location:
@@ -143,8 +144,8 @@ def render_queue_metrics(url: str, queues: list[str] | None = None) -> tuple[byt
     """``(body, content type)`` of the Prometheus text exposition of ``queues`` (None: every
     known queue, :func:`emq.discovery.queue_names`) on the server at ``url``. Blocking: run it
     in a thread from async code. A server error is raised (the caller answers 5xx)."""
-    client = redis.Redis.from_url(
-        check_url(url),
+    client = sync_client(
+        url,
         decode_responses=True,
         socket_connect_timeout=TIMEOUT_S,
         socket_timeout=TIMEOUT_S,
@@ -152,4 +153,4 @@ def render_queue_metrics(url: str, queues: list[str] | None = None) -> tuple[byt
     try:
         return render(sample(client, queues))
     finally:
-        client.close()
+        close_client(client)

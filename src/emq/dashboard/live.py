@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from ..calls import COUNT_FIELDS, decode_counts
+from ..clients import is_cluster_client
 from ..ids import minted_at_ms
 from ..states import Location
 
@@ -210,8 +211,9 @@ async def read_counts(
     waits)."""
     out: dict[str, dict[str, int]] = {}
     width = len(Location) + 3 + int(oldest)
-    for start in range(0, len(names), CHUNK):
-        chunk = names[start : start + CHUNK]
+    step = 1 if is_cluster_client(dash.client) else CHUNK  # a MULTI holds one slot on a cluster
+    for start in range(0, len(names), step):
+        chunk = names[start : start + step]
         async with dash.client.pipeline(transaction=True) as p:
             for name in chunk:
                 k = dash.queue(name).core.keys

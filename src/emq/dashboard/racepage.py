@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..config import check_url
+from ..clients import close_client, sync_client
 from ..errors import EmqError
 from ..racelab.forms import MODES
 from ..racelab.scenarios import SCENARIOS, Outcome, modes, run_scenario
@@ -82,14 +82,12 @@ def trace(outcome: Outcome) -> Trace:
 
 def run_lab(url: str, scenario: str, mode: str) -> list[Trace]:
     """Run ``scenario`` (or ``all``) in ``mode`` (or ``both``) on the server at ``url``."""
-    client = redis.Redis.from_url(
-        check_url(url), decode_responses=True, socket_connect_timeout=5, socket_timeout=30
-    )
+    client = sync_client(url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30)
     try:
         names = list(SCENARIOS) if scenario == "all" else [scenario]
         return [trace(run_scenario(client, n, m)) for n in names for m in modes(mode)]
     finally:
-        client.close()
+        close_client(client)
 
 
 def _runs(request: Request) -> dict[str, list[Trace]]:

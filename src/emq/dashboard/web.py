@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..async_queue import AsyncQueue
-from ..config import check_url
+from ..clients import aclose_client, async_client
 from ..discovery import aqueue_names
 from ..errors import InvalidInput
 from ..keys import check_queue_name
@@ -59,7 +59,7 @@ class Dash:
     def client(self) -> redis.asyncio.Redis:
         """The app's asyncio client (created on first use, in the serving loop)."""
         if self._client is None:
-            self._client = redis.asyncio.Redis.from_url(check_url(self.url), decode_responses=True)
+            self._client = async_client(self.url, decode_responses=True)
         return self._client
 
     def queue(self, name: str) -> AsyncQueue:
@@ -87,7 +87,7 @@ class Dash:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await aclose_client(self._client)
             self._client = None
         self._queues.clear()
 
