@@ -27,7 +27,7 @@ from emq.worker.connect import Outage
 from emq.worker.execute import Outcome
 from emq.worker.heartbeat import Lease
 
-from .helpers import assert_consistent, expire_leases, until
+from .helpers import assert_consistent, expire_leases, node_of, until
 
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 # Every wait below polls for a condition; this deadline only bounds a hang, never a speed:
@@ -62,6 +62,7 @@ async def test_burst_run_completes_everything_with_fewer_script_calls_than_jobs(
         await asyncio.sleep(0.002)
         seen.append(payload["i"])
 
+    client = node_of(client, qname)  # the queue's node: its INFO counts the calls
     before = evalsha_calls(client)
     await asyncio.wait_for(w.run(), HANG)
     calls = evalsha_calls(client) - before
@@ -87,6 +88,7 @@ async def test_parked_worker_wakes_on_enqueue_without_polling(
         return await original(q, *args, **kwargs)
 
     monkeypatch.setattr(AsyncQueue, "claim", counted)
+    client = node_of(client, queue.name)  # the queue's node: its INFO counts the parked
     blocked = blocked_clients(client)
     w = Worker(queue, {"ping": lambda p: None}, options=WorkerOptions(poll_ms=300_000))
     task = asyncio.create_task(w.run())
