@@ -41,6 +41,8 @@ CLUSTER_SUITES = {
     "test_events",
     "test_fencing",
     "test_flows",
+    "test_flows_queues",
+    "test_flows_sugar",
     "test_lanes",
     "test_lifo",
     "test_progress",
