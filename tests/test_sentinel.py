@@ -208,6 +208,30 @@ async def test_a_queue_and_a_worker_work_through_a_sentinel_url(
         node.close()
 
 
+async def test_a_worker_given_a_queue_finds_the_primary_through_its_sentinels(
+    watched: EmbeddedSentinel, qname: str
+) -> None:
+    """A Worker built from a Queue opens clients of its own: of the same sentinel URL (not of
+    the primary the queue's connections happen to reach)."""
+    q = Queue.from_url(watched.url(), qname)
+    q.enqueue_many([("x", i) for i in range(10)])
+    w = Worker(q, concurrency=2)
+    seen: list[int] = []
+
+    @w.handler("x")
+    async def x(payload: int, ctx: JobContext) -> None:
+        seen.append(payload)
+
+    task = asyncio.create_task(w.run())
+    deadline = time.monotonic() + HANG
+    while len(seen) < 10 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    w.stop()
+    await asyncio.wait_for(task, HANG)
+    assert sorted(seen) == list(range(10)) and q.counts()["completed"] == 10
+    q.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_coordinated_failover_is_ridden_out_with_nothing_lost(

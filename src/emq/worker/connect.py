@@ -30,6 +30,7 @@ from ..config import check_url, redact_url
 from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
 from ..scripts import refusal
+from ..sentinel import url_of as sentinel_url_of
 from ..shell import UNREACHABLE
 from .log import event
 
@@ -73,6 +74,8 @@ class ClientFactory:
     def __init__(self, *, url: str | None = None, like: Any = None) -> None:
         if url is None and like is None:
             raise ValueError("a URL or an existing client is required")
+        if url is None and (found := sentinel_url_of(like)) is not None:
+            url, like = found, None  # a sentinel client's own URL: the primary found anew
         self.url = check_url(url) if url is not None else None
         self.kwargs: dict[str, Any] = {}
         self.scheme = "redis"
