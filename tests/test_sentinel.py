@@ -289,8 +289,9 @@ APP = """
 import asyncio, os, time
 from emq import QueueOptions, Worker
 
+MODE, _, REPLICAS = os.environ["T_DURABILITY"].partition(":")  # "replica:2": wait for 2
 OPTIONS = QueueOptions(
-    durability=os.environ["T_DURABILITY"], durability_timeout_ms=2_000,
+    durability=MODE, durability_replicas=int(REPLICAS or 1), durability_timeout_ms=2_000,
     events_maxlen=1_000_000, keep_completed=(600_000, 1_000_000),
 )
 worker = Worker(os.environ["T_QUEUE"], queue_options=OPTIONS, concurrency=8, lease_ms=5_000)
@@ -307,8 +308,9 @@ import json, os, sys, time
 from emq import JobSpec, Queue, QueueOptions
 
 url, name, durability, out, stop = sys.argv[1:]
+mode, _, replicas = durability.partition(":")
 options = QueueOptions(
-    durability=durability, durability_timeout_ms=2_000,
+    durability=mode, durability_replicas=int(replicas or 1), durability_timeout_ms=2_000,
     events_maxlen=1_000_000, keep_completed=(600_000, 1_000_000),
 )
 q = Queue.from_url(url, name, options=options)
@@ -522,15 +524,13 @@ def _run_fleet(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fault", ["kill", "freeze"])
 def test_a_failover_under_a_fleet_loses_no_acknowledged_job(
-    watched: EmbeddedSentinel, qname: str, tmp_path: Path, fault: str
+    watched: EmbeddedSentinel, qname: str, tmp_path: Path
 ) -> None:
-    """durability='replica': SIGKILL (or freeze, then thaw) the primary under a producer and
-    three workers; a replica is promoted, everyone carries on by themselves, and every
-    acknowledged enqueue ends completed or dead on the new primary: zero lost, no stale
-    completion accepted."""
-    counts = _run_fleet(watched, qname, "replica", fault, tmp_path)
+    """durability='replica': SIGKILL the primary under a producer and three workers; a replica
+    is promoted, everyone carries on by themselves, and every acknowledged enqueue ends
+    completed or dead on the new primary: zero lost, no stale completion accepted."""
+    counts = _run_fleet(watched, qname, "replica", "kill", tmp_path)
     assert counts["lost"] == []
     assert counts["completed"] + counts["dead"] == counts["acknowledged"]
     assert counts["completed_twice"] == []  # lease fencing: one accepted completion per job
@@ -539,13 +539,33 @@ def test_a_failover_under_a_fleet_loses_no_acknowledged_job(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fault", ["kill", "freeze"])
-def test_a_failover_without_durability_reports_what_it_lost(
-    valkey_watched: EmbeddedSentinel, qname: str, tmp_path: Path, fault: str
+def test_a_thawed_primary_loses_nothing_when_every_replica_must_acknowledge(
+    valkey_watched: EmbeddedSentinel, qname: str, tmp_path: Path
 ) -> None:
-    """durability='none': the same runs. What the promoted replica had not received, and what
-    a thawed old primary accepted before it was made a replica, is lost; the count is printed,
-    never silent, and nothing is in two places or accepted twice."""
-    counts = _run_fleet(valkey_watched, qname, "none", fault, tmp_path)
+    """Freeze the primary past down-after, thaw it once a replica is promoted: it is a primary
+    again for a while, and the replica the sentinels have not yet moved may still acknowledge
+    its writes, then drop them when it follows the new primary. Waiting for every replica
+    (durability_replicas=2 of 2) closes that: the promoted one no longer acknowledges the old
+    primary, so its writes are not confirmed (NotDurable) and are re-sent to the new one, which
+    confirms again once the old primary has become its replica. Zero lost."""
+    counts = _run_fleet(valkey_watched, qname, "replica:2", "freeze", tmp_path)
+    assert counts["lost"] == []
+    assert counts["completed"] + counts["dead"] == counts["acknowledged"]
+    assert counts["completed_twice"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("durability", "fault"), [("none", "kill"), ("none", "freeze"), ("replica", "freeze")]
+)
+def test_a_failover_that_can_lose_writes_reports_what_it_lost(
+    valkey_watched: EmbeddedSentinel, qname: str, tmp_path: Path, durability: str, fault: str
+) -> None:
+    """durability='none' (kill, freeze) and 'replica' waiting for 1 of 2 replicas (freeze):
+    what the promoted replica had not received, or what a thawed old primary accepted (and a
+    replica it still had acknowledged) before the sentinels made it a replica, is lost. The
+    count is printed, never silent; nothing is in two places or accepted twice."""
+    counts = _run_fleet(valkey_watched, qname, durability, fault, tmp_path)
     assert counts["completed"] + counts["dead"] + len(counts["lost"]) == counts["acknowledged"]
     assert counts["completed_twice"] == []
