@@ -161,11 +161,6 @@ def check_sentinel_url(url: str) -> str:
     return url
 
 
-def is_sentinel_url(url: object) -> bool:
-    """True for a ``redis+sentinel://`` or ``valkey+sentinel://`` URL (not yet checked)."""
-    return isinstance(url, str) and url.partition("://")[0] in SENTINEL_SCHEMES
-
-
 def _split(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[str, Any], dict[str, Any]]:
     """The parsed URL, the primary's connection settings (``kwargs`` plus the URL's db and
     credentials) and the sentinels' (their own credentials, short timeouts, no retry)."""

@@ -25,6 +25,7 @@ logged once per episode and the beat retried with backoff; any other exception i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -121,9 +122,20 @@ class Heartbeat:
 
     def _run(self) -> None:
         try:
+            self._check()
             self._loop()
         except BaseException as exc:  # a bug: never end silently
             self._on_crash(exc)
+
+    def _check(self) -> None:
+        """Pass each queue's server check (:mod:`emq.durability`) at start, as the worker's
+        other connections did: checked first in the middle of a failover, this connection
+        would have every extend refused while the promoted primary has too few replicas for
+        ``durability="replica"`` (``ReplicasMissing``), and the leases would lapse. A server
+        away or refusing now is checked again at the first beat."""
+        for queue in self._queues.values():
+            with contextlib.suppress(*SERVER_ERRORS):
+                queue.check_server()
 
     def _loop(self) -> None:
         due = time.monotonic() + self._interval
