@@ -21,7 +21,7 @@ from redis.crc import key_slot
 
 from emq import AsyncQueue, JobSpec, Queue, QueueOptions, Worker, WorkerOptions
 from emq.clients import is_cluster_client, node_client, sync_client
-from emq.errors import InvalidUrl, UnsafeServer
+from emq.errors import InvalidUrl, ServerRefused, UnsafeServer
 from emq.keys import QueueKeys
 
 from .conftest import ClusterServer
@@ -85,6 +85,24 @@ def test_the_cluster_switch_in_the_url(curl: str) -> None:
     with pytest.raises(InvalidUrl) as refused:
         sync_client(curl + "?cluster=x")
     assert urlparse(curl).password not in str(refused.value)
+
+
+def test_a_user_that_may_not_read_the_slot_map_is_told_which_permissions_to_add(
+    curl: str, cc: RedisCluster, qname: str
+) -> None:
+    user, secret = f"u-{qname}"[:60], "a-long-enough-test-password"
+    for node in cc.get_primaries():
+        node.redis_connection.acl_setuser(
+            user, enabled=True, passwords=[f"+{secret}"], keys=[f"emq:{{{qname}}}:*"],
+            commands=["+evalsha", "+info"],
+        )  # fmt: skip
+    parsed = urlparse(curl)
+    url = f"redis://{user}:{secret}@{parsed.hostname}:{parsed.port}/0"
+    with pytest.raises(ServerRefused, match=r"\+cluster\|slots \+command") as refused:
+        Queue.from_url(url, qname)
+    assert secret not in str(refused.value)
+    for node in cc.get_primaries():
+        node.redis_connection.acl_deluser(user)
 
 
 def test_every_key_of_a_queue_lies_in_its_one_slot(cc: RedisCluster, qname: str) -> None:

@@ -28,9 +28,10 @@ import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from .config import check_url
-from .errors import InvalidUrl
+from .errors import InvalidUrl, ServerRefused
 
 _MODE: dict[str, bool] = {}  # URL (without the switch) -> is a cluster node
 _LOCK = threading.Lock()
@@ -103,8 +104,30 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
 
         return sentinel.sync_client(url, **kwargs)
     if cluster:
-        return cast(redis.Redis, RedisCluster.from_url(url, **cluster_kwargs(kwargs)))
+        try:
+            return cast(redis.Redis, RedisCluster.from_url(url, **cluster_kwargs(kwargs)))
+        except RedisClusterException as exc:
+            raise _why_not(url, exc) from exc
     return redis.Redis.from_url(url, **kwargs)
+
+
+def _why_not(url: str, exc: RedisClusterException) -> Exception:
+    """redis-py says "Cluster mode is not enabled on this node" also when the user may not
+    read the slot map: ask the node itself, and name the permission that is missing."""
+    probe: Any = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    try:
+        probe.execute_command("CLUSTER", "SLOTS")
+        probe.execute_command("COMMAND", "COUNT")
+    except redis.exceptions.NoPermissionError as denied:
+        return ServerRefused(
+            f"the server's user may not read the cluster's slot map ({denied}); give it "
+            "+cluster|slots +command on every node (docs/security.md, 'On a cluster')"
+        )
+    except redis.RedisError:
+        pass
+    finally:
+        probe.close()
+    return exc
 
 
 def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
