@@ -21,7 +21,8 @@ CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
 WINDOW = 4  # enqueue chunks in flight at once (pipelined, or on separate connections)
 # Idempotent calls (enqueue: the ids are minted before sending; claim: it carries a request
 # id) are re-sent with the same arguments while the server is unreachable, after these waits.
-RESEND_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+# Doubling, capped at 1 s so a failover (a promotion takes ~3 s) is noticed within a second.
+RESEND_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
 UNREACHABLE: tuple[type[BaseException], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
