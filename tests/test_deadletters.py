@@ -136,6 +136,20 @@ def test_purge_deletes_the_matching_dead_jobs_and_nothing_else(
     assert_consistent(client, queue.name)
 
 
+def test_a_purge_of_named_ids_leaves_a_job_redriven_meanwhile(
+    queue: Queue, client: redis.Redis
+) -> None:
+    """`emq dead QUEUE purge IDS`: an id that is no longer dead (redriven after it was listed)
+    is not deleted; only the ones still dead go."""
+    ids = make_dead(queue, [("a", i) for i in range(4)], "boom")
+    queue.redrive_many([ids[0]])
+    result = dl.purge(queue, only=[*ids, ids[1]])  # a repeat counts once
+    assert result.as_dict() == {"matched": 4, "moved": 3, "skipped": 1}
+    assert queue.job(ids[0]) is not None and queue.job(ids[0]).state == "pending"  # type: ignore[union-attr]
+    assert dead(queue) == set()
+    assert_consistent(client, queue.name)
+
+
 @pytest.mark.parametrize("action", ["redrive", "purge"])
 def test_a_job_changed_by_someone_else_during_the_bulk_is_skipped(
     action: str, queue: Queue, url: str, client: redis.Redis

@@ -25,7 +25,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import NoScriptError, ResponseError, WatchError
@@ -43,6 +43,7 @@ from .deadgroups import (
     chunks,
     kept,
 )
+from .ids import check_id
 
 if TYPE_CHECKING:
     from .async_queue import AsyncQueue
@@ -138,11 +139,13 @@ async def purge(
     *,
     chunk: int = BULK_CHUNK,
     progress: Progress | None = None,
+    only: Iterable[str] | None = None,
 ) -> BulkResult:
     """Delete every dead job matching ``f`` (row and all), ``chunk`` ids per step (module
-    doc)."""
+    doc). ``only``: these ids instead of every dead job, each deleted only if it is still dead
+    and matches ``f`` when its step runs (a job redriven meanwhile is left alone)."""
     await queue.check_server()
-    ids = await matching(queue, f)
+    ids = await matching(queue, f) if only is None else [check_id(i) for i in dict.fromkeys(only)]
     removed = done = 0
     if progress is not None:
         progress(0, len(ids))
