@@ -8,6 +8,7 @@ hold on a cluster too (no multi-key command spans two partitions)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import Counter
@@ -46,7 +47,10 @@ from emq.partitioning import (
     split_name,
 )
 
+from .helpers import until
+
 THREE = QueueOptions(partitions=3)
+HANG = 60.0  # bounds a hang, never a speed
 
 
 @pytest.fixture
@@ -327,6 +331,25 @@ def test_a_worker_with_every_partition_full_claims_from_each(
     assert set(served[:9]) == {q.name for q in parts}
     counts = pq.counts()
     assert counts["completed"] == len(served) and counts["pending"] == 60 - len(served)
+
+
+async def test_a_parked_worker_wakes_for_each_partition(url: str, qname: str) -> None:
+    """With a 5-minute poll, only the wake lists can wake the worker between jobs; on a cluster
+    the partitions' lists lie in several slots, waited on by one BLPOP each."""
+    apq = AsyncPartitionedQueue.from_url(url, qname, options=THREE)
+    parts = await apq.partitions()
+    seen: list[int] = []
+    w = Worker(qname, {"t": seen.append}, url=url, options=WorkerOptions(poll_ms=300_000))
+    task = asyncio.create_task(w.run())
+    try:
+        for p, q in enumerate(parts * 2):
+            await q.enqueue("t", p)
+            await until(lambda n=p + 1: len(seen) == n, HANG, f"job {p} to run")
+    finally:
+        w.stop()
+        await asyncio.wait_for(task, HANG)
+        await apq.close()
+    assert seen == list(range(6)) and w.stats.outages == 0
 
 
 # -- asyncio twin, CLI --------------------------------------------------------------------------

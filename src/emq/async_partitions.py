@@ -78,6 +78,8 @@ class AsyncPartitionedQueue:
         cls, url: str, name: str, *, options: QueueOptions | None = None
     ) -> AsyncPartitionedQueue:
         """Connect as :meth:`emq.AsyncQueue.from_url` does (the same kinds of URL)."""
+        asked = (options or QueueOptions()).partitions
+        partition_names(name, max(asked, 2))  # InvalidName before a client is made
         return cls(AsyncQueue.from_url(url, name).client, name, options=options)
 
     async def close(self) -> None:

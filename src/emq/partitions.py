@@ -81,6 +81,8 @@ class PartitionedQueue:
         cls, url: str, name: str, *, options: QueueOptions | None = None
     ) -> PartitionedQueue:
         """Connect as :meth:`emq.Queue.from_url` does (the same kinds of URL)."""
+        asked = (options or QueueOptions()).partitions
+        partition_names(name, max(asked, 2))  # InvalidName before a client is made
         return cls(Queue.from_url(url, name).client, name, options=options)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..clients import close_client
 from ..config import MAX_STALLED
 from ..discovery import queue_names
 from ..errors import InvalidPayload
@@ -158,7 +159,7 @@ def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -
             if note:
                 notes[name] = note
     finally:
-        client.close()
+        close_client(client)
     if as_json:
         emit_json(result[queue] if queue and not show_parts else result)
         return

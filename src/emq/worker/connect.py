@@ -23,6 +23,7 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from ..clients import async_client, is_cluster_client, sync_client
@@ -286,19 +287,37 @@ async def park(
     *extra: Awaitable[Any],
 ) -> None:  # fmt: skip
     """``BLPOP`` on ``keys`` for up to ``wait_ms`` on the ``blocking`` client, ended early by
-    ``stop`` or any of ``extra``. A server error is an outage episode (logged once, then a
-    backoff nap); anything else is raised."""
-    pop = asyncio.ensure_future(blocking.blpop(keys, timeout=wait_ms / 1000))
-    await first(stop, pop, *extra)
-    if not pop.done():
-        pop.cancel()
-        with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
-            await pop
+    ``stop`` or any of ``extra``. On a cluster one command may not span slots, so the keys of
+    each slot get a ``BLPOP`` of their own, all at once, and the first to return ends the wait
+    (the queues of one worker, the partitions of a queue: docs/partitions.md). A server error
+    is an outage episode (logged once, then a backoff nap); anything else is raised."""
+    pops = [
+        asyncio.ensure_future(blocking.blpop(group, timeout=wait_ms / 1000))
+        for group in slot_groups(blocking, keys)
+    ]
+    await first(stop, *pops, *extra)
+    done = [pop for pop in pops if pop.done()]
+    for pop in pops:
+        if not pop.done():
+            pop.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
+                await pop
+    if not done:
         return
-    exc = pop.exception()
+    exc = next((e for pop in done if (e := pop.exception()) is not None), None)
     if isinstance(exc, SERVER_ERRORS):
         await nap(outage.failed(exc, "park"), stop)
     elif exc is not None:
         raise exc
     else:
         outage.ok("park")
+
+
+def slot_groups(client: Any, keys: list[str]) -> list[list[str]]:
+    """``keys`` as one group, or on a cluster client one group per hash slot."""
+    if not is_cluster_client(client):
+        return [keys]
+    groups: dict[int, list[str]] = {}
+    for key in keys:
+        groups.setdefault(key_slot(key.encode()), []).append(key)
+    return list(groups.values())

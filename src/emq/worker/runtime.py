@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from ..async_partition_count import expand_queues
 from ..async_queue import AsyncQueue
 from ..calls import check_job_name
+from ..clients import aclose_client
 from ..config import Backoff, QueueOptions, check_url
 from ..durability import check_queues
 from ..errors import EmqError, InvalidOption
@@ -197,7 +198,7 @@ class Worker:
         try:
             queues = await expand_queues(client, queues)
         finally:
-            await client.aclose()
+            await aclose_client(client)
         run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
         with self._lock:
             self._runner = run
