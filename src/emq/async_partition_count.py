@@ -13,7 +13,6 @@ from collections.abc import Iterable
 import redis.asyncio
 
 from . import scripts
-from .async_queue import AsyncQueue
 from .config import QueueOptions
 from .keys import QueueKeys
 from .partitioning import FIELD, check_stored, not_partitioned, partition_names
@@ -78,12 +77,19 @@ async def expand_queues(
         plain = dataclasses.replace(options, partitions=1)
         for part in partition_names(name, n):
             out.setdefault(part, plain)
-        if await live_jobs(AsyncQueue(client, name, options=plain)):
+        if await live_jobs(client, name):
             out.setdefault(name, plain)
     return out
 
 
-async def live_jobs(q: AsyncQueue) -> int:
-    """Jobs pending, leased, scheduled or waiting in queue ``q``."""
-    counts = await q.counts()
-    return sum(counts[k] for k in ("pending", "active", "schedule", "waiting"))
+async def live_jobs(client: redis.asyncio.Redis, name: str) -> bool:
+    """Whether queue ``name`` holds jobs pending, leased, scheduled or waiting (or is in lane
+    mode, whose waiting jobs are in its lanes' sets): commands a worker's role has."""
+    keys = QueueKeys.of(name)
+    with scripts.translated():
+        async with client.pipeline(transaction=False) as p:
+            for key in (keys.pending, keys.active, keys.schedule, keys.location("waiting")):
+                p.zcard(key)
+            p.hget(keys.meta, "lanes")
+            *sizes, lanes = await p.execute()
+    return any(sizes) or lanes == "1"

@@ -16,7 +16,6 @@ from collections.abc import Iterable
 import redis
 
 from . import scripts
-from .queue import Queue
 from .config import QueueOptions
 from .keys import QueueKeys
 from .partitioning import FIELD, check_stored, not_partitioned, partition_names
@@ -81,12 +80,19 @@ def expand_queues(
         plain = dataclasses.replace(options, partitions=1)
         for part in partition_names(name, n):
             out.setdefault(part, plain)
-        if live_jobs(Queue(client, name, options=plain)):
+        if live_jobs(client, name):
             out.setdefault(name, plain)
     return out
 
 
-def live_jobs(q: Queue) -> int:
-    """Jobs pending, leased, scheduled or waiting in queue ``q``."""
-    counts = q.counts()
-    return sum(counts[k] for k in ("pending", "active", "schedule", "waiting"))
+def live_jobs(client: redis.Redis, name: str) -> bool:
+    """Whether queue ``name`` holds jobs pending, leased, scheduled or waiting (or is in lane
+    mode, whose waiting jobs are in its lanes' sets): commands a worker's role has."""
+    keys = QueueKeys.of(name)
+    with scripts.translated():
+        with client.pipeline(transaction=False) as p:
+            for key in (keys.pending, keys.active, keys.schedule, keys.location("waiting")):
+                p.zcard(key)
+            p.hget(keys.meta, "lanes")
+            *sizes, lanes = p.execute()
+    return any(sizes) or lanes == "1"
