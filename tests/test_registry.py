@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from emq import AsyncQueue, JobSpec, Queue, Worker, __version__
 from emq.cli.main import cli
+from emq.clients import aclose_client, async_client
 from emq.discovery import SCANNED, aqueue_names, queue_names
 from emq.keys import KNOWN_QUEUES, WORKERS, worker_key
 from emq.registry import WorkerInfo, alist_workers, list_workers, now_ms, publish, ttl_ms
@@ -46,11 +47,11 @@ async def test_a_producer_names_its_queue_once_and_listings_read_the_set(
         await aq.enqueue_many([("x", i) for i in range(3)])
     names = queue_names(client)
     assert other in names and names == sorted(names)
-    aclient = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    aclient = async_client(url, decode_responses=True)
     try:
         assert await aqueue_names(aclient) == queue_names(client)
     finally:
-        await aclient.aclose()
+        await aclose_client(aclient)
     assert other in run_cli("stats", "--url", url)
 
 
@@ -103,11 +104,11 @@ async def test_a_running_worker_is_listed_with_its_load_and_leaves_on_stop(
     assert 0 < client.pttl(worker_key(info.id)) <= ttl_ms()
     assert client.zscore(WORKERS, info.id) is not None
     assert client.smismember(KNOWN_QUEUES, [qname, qname + ".idle"]) == [1, 1]
-    aclient = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    aclient = async_client(url, decode_responses=True)
     try:
         assert info.id in {i.id for i in await alist_workers(aclient)}
     finally:
-        await aclient.aclose()
+        await aclose_client(aclient)
     shown = run_cli("workers", "--url", url)["workers"]
     assert next(d for d in shown if d["id"] == info.id)["queues"] == [qname, qname + ".idle"]
     gate.set()

@@ -198,7 +198,7 @@ async def _purge_once(queue: AsyncQueue, ids: list[str], f: DeadFilter) -> Purge
                 p.multi()
                 for job_id in todo:
                     call = queue.core.remove(job_id)
-                    p.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+                    p.execute_command("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
                 replies = await p.execute(raise_on_error=False)
         except WatchError:
             return None

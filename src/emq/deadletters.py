@@ -198,7 +198,7 @@ def _purge_once(queue: Queue, ids: list[str], f: DeadFilter) -> Purged:
                 p.multi()
                 for job_id in todo:
                     call = queue.core.remove(job_id)
-                    p.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+                    p.execute_command("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
                 replies = p.execute(raise_on_error=False)
         except WatchError:
             return None

@@ -251,9 +251,10 @@ def dead(
                 if ids
                 else q.redrive_all(keep_counters=keep_counters)
             )
-        else:
-            targets = list(ids) or [j.id for j in q.jobs("dead", 0, 10_000)]
-            n = sum(1 for i in targets if q.remove(i))
+        else:  # each id deleted only while still dead: one redriven meanwhile is left alone
+            from .. import deadletters
+
+            n = deadletters.purge(q, only=list(ids) or None).moved
     if as_json:
         emit_json({action: n})
     else:
