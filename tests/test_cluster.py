@@ -18,14 +18,17 @@ from urllib.parse import urlparse
 
 import pytest
 import redis
+from click.testing import CliRunner
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from emq import AsyncQueue, JobSpec, Queue, QueueOptions, Worker, WorkerOptions
+from emq.cli.main import cli
 from emq.clients import is_cluster_client, node_client, sync_client
 from emq.cluster_server import EmbeddedCluster
 from emq.errors import InvalidUrl, ServerRefused, UnsafeServer
 from emq.keys import QueueKeys
+from emq.server import free_port
 
 from .conftest import ClusterServer
 from .helpers import assert_consistent
@@ -125,6 +128,13 @@ def test_a_user_that_may_not_read_the_slot_map_is_told_which_permissions_to_add(
     assert secret not in str(refused.value)
     for node in cc.get_primaries():
         node.redis_connection.acl_deluser(user)
+
+
+def test_the_cli_says_when_no_node_of_a_cluster_answers() -> None:
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0?cluster=yes"
+    result = CliRunner().invoke(cli, ["stats", "--url", url])
+    assert result.exit_code == 2 and "cannot reach the cluster" in result.output, result.output
+    assert "hunter2" not in result.output and "Traceback" not in result.output
 
 
 def test_every_key_of_a_queue_lies_in_its_one_slot(cc: RedisCluster, qname: str) -> None:

@@ -221,6 +221,9 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
     if isinstance(exc, UNREACHABLE):
         cause = exc.__cause__ if isinstance(exc, ServerUnreachable) and exc.__cause__ else exc
         return f"cannot reach the server{at}: {cause}"
+    lost = redis.exceptions.RedisClusterException
+    if isinstance(exc, lost) and "cannot be connected" in str(exc):
+        return f"cannot reach the cluster{at}: {exc}"
     if isinstance(exc, EmqError):
         return str(exc)
     if isinstance(exc, redis.RedisError):
