@@ -367,6 +367,33 @@ async def test_the_asyncio_twin(url: str, qname: str) -> None:
         assert await apq.cancel(dup) == Cancel.CANCELLED
 
 
+def test_the_cli_routes_a_partitioned_queues_jobs_by_id_and_key(
+    pq: PartitionedQueue, url: str, qname: str
+) -> None:
+    """`emq enqueue`, `job`, `cancel`, `jobs` and `dead` on a partitioned queue's name reach
+    the partitions (a job enqueued into the plain queue would wait for a worker restart)."""
+    pq.enqueue("warm", 0)  # the count is on the server from here on
+
+    def run(*args: str) -> object:
+        out = CliRunner().invoke(cli, [*args, "--url", url, "--json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    made = [run("enqueue", qname, "t", str(i), "--key", f"k{i}") for i in range(6)]
+    again = run("enqueue", qname, "t", "0", "--key", "k0")
+    assert again == {"id": made[0]["id"], "created": False}  # type: ignore[index]
+    assert pq.counts()["pending"] == 7
+    with Queue.from_url(url, qname + "-unused") as other:
+        plain = Queue(other.client, qname)  # the plain queue of the name: nothing there
+        assert plain.counts()["pending"] == 0
+    job = run("job", qname, made[3]["id"])  # type: ignore[index]
+    assert job["payload"] == 3  # type: ignore[index]
+    assert run("cancel", qname, made[3]["id"])["answer"] == "cancelled"  # type: ignore[index]
+    assert [j["id"] for j in run("jobs", qname, "dead")["jobs"]] == [made[3]["id"]]  # type: ignore[index]
+    assert run("dead", qname, "purge", made[3]["id"]) == {"purge": 1}  # type: ignore[index]
+    assert pq.job(made[3]["id"]) is None  # type: ignore[index]
+
+
 def test_emq_stats_shows_one_row_and_its_partitions(
     pq: PartitionedQueue, url: str, qname: str
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from ..cancel import Cancel
-from .common import emit_json, json_option, open_queue, say, url_option
+from .common import emit_json, json_option, open_routed, say, url_option
 
 MEANING = {
     Cancel.CANCELLED: "cancelled: it will never run (it is dead, cancelled; redrive runs it)",
@@ -31,7 +31,7 @@ MEANING = {
 def cancel(queue: str, job_id: str, reason: str, url: str | None, as_json: bool) -> None:
     """Cancel job ID on QUEUE: a waiting or scheduled job never runs, a running one is stopped
     by its worker."""
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         answer = q.cancel(job_id, reason)
     if as_json:
         emit_json({"id": job_id, "answer": answer.value})

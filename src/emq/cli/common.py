@@ -14,7 +14,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import redis
@@ -27,6 +27,9 @@ from ..checks import MAX_SHOWN
 from ..config import check_url, redact_url
 from ..errors import EmqError, ServerUnreachable
 from ..queue import Queue
+
+if TYPE_CHECKING:
+    from ..partitions import PartitionedQueue
 from ..server import EmbeddedServer
 from ..shell import UNREACHABLE
 
@@ -82,6 +85,19 @@ def connect(url: str) -> redis.Redis:
 
 def open_queue(url: str | None, name: str) -> Queue:
     return Queue(connect(resolve_url(url)), name)
+
+
+def open_routed(url: str | None, name: str) -> Queue | PartitionedQueue:
+    """The queue ``name``, or the partitioned queue of that name when the server holds a
+    partition count for it (docs/partitions.md), so a job enqueued or looked up by the
+    command line reaches the partition its id or key routes to."""
+    from ..partition_count import stored_counts
+    from ..partitions import PartitionedQueue
+
+    client = connect(resolve_url(url))
+    if stored_counts(client, [name]):
+        return PartitionedQueue(client, name)
+    return Queue(client, name)
 
 
 # -- options -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .common import (
     json_option,
     one_line,
     open_queue,
+    open_routed,
     resolve_url,
     row,
     say,
@@ -95,7 +96,7 @@ def enqueue(
 
     PAYLOAD is JSON text (default null), - to read it from stdin, or @PATH to read a file."""
     data = read_payload(payload)
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         job_id = q.enqueue(
             name, data, delay_ms=delay_ms, priority=priority, max_attempts=max_attempts, key=key,
             lane=lane, lifo=lifo,
@@ -193,7 +194,7 @@ def jobs(
     \b
     `schedule`, the name of the scheduled jobs' set, is accepted too."""
     where = LOCATIONS.get(location)
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         found = q.jobs(where.value if where else location, offset, limit)
     if as_json:
         emit_json({"jobs": [_job_dict(j) for j in found]})
@@ -209,7 +210,7 @@ def jobs(
 @json_option
 def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
     """Show one job's row."""
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         found = q.job(job_id)
     if found is None:
         if as_json:
@@ -237,7 +238,7 @@ def dead(
     url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all)."""
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         if action == "list":
             found = q.jobs("dead", 0, limit)
             if as_json:
@@ -253,8 +254,10 @@ def dead(
             )
         else:  # each id deleted only while still dead: one redriven meanwhile is left alone
             from .. import deadletters
+            from ..partitions import PartitionedQueue
 
-            n = deadletters.purge(q, only=list(ids) or None).moved
+            parts = q.partitions() if isinstance(q, PartitionedQueue) else [q]
+            n = sum(deadletters.purge(p, only=list(ids) or None).moved for p in parts)
     if as_json:
         emit_json({action: n})
     else:

@@ -13,7 +13,7 @@ import json
 import click
 
 from ..errors import JobCancelled, JobDead, ResultTimeout
-from .common import emit_json, json_option, one_line, open_queue, say, url_option
+from .common import emit_json, json_option, one_line, open_routed, say, url_option
 
 DEAD_EXIT = 1
 LIVE_EXIT = 3
@@ -35,7 +35,7 @@ LIVE_EXIT = 3
 def result(queue: str, job_id: str, wait_s: float, url: str | None, as_json: bool) -> None:
     """Print the result of job ID on QUEUE (kept when the queue or its handler sets
     result_ttl_ms), waiting up to --wait seconds for it to end."""
-    with open_queue(url, queue) as q:
+    with open_routed(url, queue) as q:
         try:
             value = q.result(job_id, timeout_s=wait_s)
         except JobDead as exc:
