@@ -53,6 +53,7 @@ CLUSTER_SUITES = {
     "test_lanes",
     "test_lifo",
     "test_progress",
+    "test_racelab_cli",
     "test_repeat",
     "test_results",
     "test_sweep",

@@ -7,12 +7,16 @@ The core, worker and archive suites also run here (tests/conftest.py, CLUSTER_SU
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -300,3 +304,19 @@ def test_a_queues_slot_moves_to_another_node_mid_run(
     assert_consistent(cc, qname)
     with Queue.from_url(curl, qname) as q:
         assert q.counts()["completed"] == len(acked)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_demo_loses_nothing_on_a_cluster(cluster_server: ClusterServer, tmp_path: Path) -> None:
+    """`emq demo --url <a node>`: its worker processes, kill, freeze and poison job on the
+    cluster; every check of its summary holds."""
+    env = {k: v for k, v in os.environ.items() if k not in ("EMQ_URL", "EMQ_HOME")}
+    done = subprocess.run(
+        [sys.executable, "-c", "from emq.cli.main import main; main()", "demo", "--json",
+         "--url", cluster_server.url()],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["ok"] is True and all(c["ok"] for c in summary["checks"]), summary
