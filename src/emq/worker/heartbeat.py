@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..errors import UnsafeServer
 from ..queue import Queue
 from ..records import Answer
 from .connect import SERVER_ERRORS, Outage
@@ -132,9 +133,9 @@ class Heartbeat:
         other connections did: checked first in the middle of a failover, this connection
         would have every extend refused while the promoted primary has too few replicas for
         ``durability="replica"`` (``ReplicasMissing``), and the leases would lapse. A server
-        away or refusing now is checked again at the first beat."""
+        away, refusing or unsafe now is checked again at the first beat, as before."""
         for queue in self._queues.values():
-            with contextlib.suppress(*SERVER_ERRORS):
+            with contextlib.suppress(*SERVER_ERRORS, UnsafeServer):
                 queue.check_server()
 
     def _loop(self) -> None:
