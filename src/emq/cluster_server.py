@@ -203,13 +203,19 @@ class EmbeddedCluster:
         for port in ports[1:]:
             _cluster_cmd(clients[0], "MEET", "127.0.0.1", port)
         ids = [str(_cluster_cmd(c, "MYID")) for c in clients]
-        self._until(
-            lambda: all(len(_known(c)) >= len(clients) for c in clients),
-            "every node to know every other",
-        )
+
+        def everyone_known() -> bool:  # by its real id: a node still in handshake has another
+            return all(set(ids) <= {line.split()[0] for line in _known(c)} for c in clients)
+
+        self._until(everyone_known, "every node to know every other")
         for i in range(p, len(clients)):
             primary = (i - p) % p
-            _cluster_cmd(clients[i], "REPLICATE", ids[primary])
+
+            def follow(replica: redis.Redis = clients[i], of: str = ids[primary]) -> bool:
+                return _cluster_cmd(replica, "REPLICATE", of) is not None
+
+            # retried: a gossip round may be needed before the replica knows the primary's id
+            self._until(follow, f"node {i} to follow node {primary}")
 
     def _wait_ok(self, clients: list[redis.Redis], nodes: list[EmbeddedServer]) -> None:
         def ready() -> bool:
