@@ -352,8 +352,8 @@ local function waiting_job(k_pending, k_schedule, id, ...)
 end
 
 local function row_fields(name, payload, state, priority, max_attempts, lane, now)
-  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', 0,
-    'stalled', 0, 'token', 0, 'priority', priority, 'max_attempts', max_attempts,
+  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', '0',
+    'stalled', '0', 'token', '0', 'priority', priority, 'max_attempts', max_attempts,
     'created_at', now}
   if lane and lane ~= '' then fields[#fields + 1], fields[#fields + 2] = 'lane', lane end
   return fields

@@ -65,6 +65,7 @@ if request ~= '' then
 end
 
 local now_us = server_us()
+local now_token = string.format('%.0f', now_us)  -- a lease's token, unless its last was later
 local now = math.floor(now_us / 1000)
 local deadline = now + lease_ms
 local missing = {}
@@ -161,7 +162,9 @@ local function lease(id, lane, from)
   local attempts = tonumber(f[5] or '0') + 1  -- read and written in this one step
   -- the token carries the server clock, so it is larger than any token issued before for
   -- this job, even one the server issued and then lost with a rollback of its data
-  local token = string.format('%.0f', math.max(tonumber(f[1] or '0') + 1, now_us))
+  local token = now_token
+  local after = tonumber(f[1] or '0') + 1
+  if after > now_us then token = string.format('%.0f', after) end
   redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
   leased_ids[#leased_ids + 1] = deadline
   leased_ids[#leased_ids + 1] = id

@@ -104,13 +104,19 @@ end
 local ids, rows = {}, {}  -- completed: removed from active and deleted together, at the end
 local seen = {}  -- a job named twice in one call completes once (the second is gone)
 local step = keep == '1' and 4 or 2
-for i = 6, #ARGV, step do
-  local id, token = ARGV[i], ARGV[i + 1]
+-- every lease deadline in one read (nothing below moves a score in active)
+local given = {}
+for i = 6, #ARGV, step do given[#given + 1] = ARGV[i] end
+local scores = {}
+if #given > 0 then scores = redis.call('ZMSCORE', k_active, unpack(given)) end
+for n, id in ipairs(given) do
+  local i = 6 + (n - 1) * step
+  local token = ARGV[i + 1]
   local row = prefix .. 'job:' .. id
   if seen[id] then
     out[#out + 1] = ANSWER.gone
   else
-    local score = redis.call('ZSCORE', k_active, id)
+    local score = scores[n]
     local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane', 'waiters',
       'parent', 'children_left')
     if not f[1] then

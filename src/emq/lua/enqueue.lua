@@ -41,8 +41,13 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local now = server_ms()
+local now_s = tostring(now)
 
--- pass 1: decide every job, write nothing
+-- pass 1: decide every job, write nothing. One EXISTS over the whole batch's rows: when it
+-- finds none (the common case: fresh ids), no job needs its own check.
+local rows = {}
+for i = FIRST, #ARGV, GROUP do rows[#rows + 1] = prefix .. 'job:' .. ARGV[i] end
+local none_exist = redis.call('EXISTS', unpack(rows)) == 0
 local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
 local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}
@@ -62,7 +67,7 @@ for i = FIRST, #ARGV, GROUP do
     local first = seen[id]
     if first then
       same = ARGV[first + 1] == name and ARGV[first + 2] == payload
-    elseif redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
+    elseif not none_exist and redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
       local cur = redis.call('HMGET', prefix .. 'job:' .. id, 'name', 'payload')
       same = cur[1] == name and cur[2] == payload
     end
@@ -91,12 +96,12 @@ for n, id in ipairs(targets) do
   local i = FIRST + (n - 1) * GROUP
   if created[n] == 1 then
     local name, payload = ARGV[i + 1], ARGV[i + 2]
-    local priority, max_attempts = tonumber(ARGV[i + 3]), ARGV[i + 4]
+    local priority, max_attempts = ARGV[i + 3], ARGV[i + 4]
     local delay, dedup, lane = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
-    local row = prefix .. 'job:' .. id
+    local row = rows[n]
     local state = 'pending'
     if delay > 0 then state = 'scheduled' end
-    local fields = row_fields(name, payload, state, priority, max_attempts, lane, now)
+    local fields = row_fields(name, payload, state, priority, max_attempts, lane, now_s)
     if dedup ~= '' then
       fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)
@@ -124,7 +129,7 @@ for n, id in ipairs(targets) do
       set[#set + 1] = score
       set[#set + 1] = id
     end
-    emit('event', 'enqueued', 'job', id, 'attempts', 0, 'name', name, 'state', state)
+    emit('event', 'enqueued', 'job', id, 'attempts', '0', 'name', name, 'state', state)
   end
   out[#out + 1] = id
   out[#out + 1] = created[n]
