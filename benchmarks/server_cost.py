@@ -17,13 +17,15 @@ unless ``--aof``) and, in each round, on a flushed server, reads ``INFO cpu``
   the server's cost per round trip (reading, the event loop's turn, the write) is spread
   over more calls.
 
-The lifecycle is enqueue + claim + complete. Printed: the server's microseconds per job for
-each step and the lifecycle, per call for the trivial EVALSHA, their ratio (the target: a whole
-lifecycle costs the server at most 10x one trivial EVALSHA), and the commands the scripts ran
-(calls and microseconds per job, from commandstats). The two sides alternate their order each
-round; every figure is the median over the rounds, and the raw rounds go to
-``benchmarks/results/server-cost-<date>.json``. CPU time, unlike a rate, moves little with the
-machine's other load, but the server's own wake-ups count in it: compare within a run.
+The lifecycle is enqueue + claim + complete. Each round also runs it once more on a queue
+with events off (``events_maxlen=0``), to show what the per-job stream entries cost.
+Printed: the server's microseconds per job for each step and the lifecycle, per call for the
+trivial EVALSHA, their ratio (the target: a whole lifecycle costs the server at most 10x one
+trivial EVALSHA), and the commands the scripts ran (calls and microseconds per job, from
+commandstats). The two sides alternate their order each round; every figure is the median
+over the rounds, and the raw rounds go to ``benchmarks/results/server-cost-<date>.json``.
+CPU time, unlike a rate, moves little with the machine's other load, but the server's own
+wake-ups count in it: compare within a run.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import redis
 
-from emq import Queue
+from emq import Queue, QueueOptions
 from emq.server import EmbeddedServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -131,7 +133,7 @@ def script_us(d: dict[str, Any]) -> float:
 def report(rounds: list[dict[str, Any]], args: argparse.Namespace, server: str) -> list[str]:
     trivials = {"trivial": args.batch, "trivial_deep": args.deep}
     for r in rounds:
-        for step in (*STEPS, "lifecycle", *trivials):
+        for step in (*STEPS, "lifecycle", "no_events", *trivials):
             r[step]["script_us"] = script_us(r[step])
     out = [
         f"server: {server}, {args.jobs:,} jobs, batch {args.batch}, {len(rounds)} rounds, "
@@ -141,8 +143,8 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace, server: str) 
         "| inside the scripts, commandstats (us per job) |",
         "|---|---:|---:|---:|",
     ]
-    for step in (*STEPS, "lifecycle", *trivials):
-        label = step
+    for step in (*STEPS, "lifecycle", "no_events", *trivials):
+        label = "lifecycle with events off" if step == "no_events" else step
         if step in trivials:
             label = f"trivial EVALSHA `return 1`, pipelined {trivials[step]:,} deep (per call)"
         out.append(
@@ -160,6 +162,8 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace, server: str) 
             f"(rounds: {', '.join(f'{x:.1f}' for x in ratios)}; target <= {TARGET:.0f}x: "
             f"{met}); time inside the scripts (commandstats) {statistics.median(s_ratios):.1f}x",
         ]
+    quiet = statistics.median(r["no_events"]["cpu_us"] / r["trivial"]["cpu_us"] for r in rounds)
+    out.append(f"lifecycle with events off / trivial EVALSHA, {args.batch} deep: {quiet:.1f}x")
     out += [
         "",
         "| command run by the scripts | "
@@ -206,13 +210,16 @@ def main() -> None:
             q.check_server()
             q.new_ids(1)  # the id node lease and clock sync, outside the measured steps
             r: dict[str, Any] = {}
+            quiet = Queue.from_url(url, f"quiet{i}", options=QueueOptions(events_maxlen=0))
             for side in ("life", "trivial") if i % 2 == 0 else ("trivial", "life"):
                 if side == "life":
                     r |= lifecycle(q, args.jobs, args.batch)
+                    r["no_events"] = lifecycle(quiet, args.jobs, args.batch)["lifecycle"]
                 else:
                     r["trivial"] = trivial(client, args.jobs, args.batch)
                     r["trivial_deep"] = trivial(client, args.jobs, args.deep)
             q.close()
+            quiet.close()
             rounds.append(r)
             print(
                 f"round {i + 1}: lifecycle {r['lifecycle']['cpu_us']:.2f} us/job, trivial "
