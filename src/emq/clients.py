@@ -140,7 +140,41 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
     if cluster:
         client = AsyncRedisCluster.from_url(url, **cluster_kwargs(kwargs))
         return cast(redis.asyncio.Redis, client)
-    return redis.asyncio.Redis.from_url(url, **kwargs)
+    plain = redis.asyncio.Redis.from_url(url, **kwargs)
+    packed_in_c(plain.connection_pool)
+    return plain
+
+
+_PACKED: dict[type, type] = {}
+
+
+def packed_in_c(pool: Any) -> None:
+    """Make the asyncio ``pool``'s new connections pack commands with hiredis's C packer, as
+    redis-py's sync connections already do (its asyncio ones pack in Python, one argument at a
+    time: most of a bulk enqueue's client CPU). The bytes sent are the same; an argument the
+    C packer refuses goes through redis-py's own packer, so errors are redis-py's too."""
+    try:
+        import hiredis
+    except ImportError:  # pragma: no cover - hiredis is a dependency of emq
+        return
+    base = pool.connection_class
+    if base in _PACKED.values():
+        return
+    fast = _PACKED.get(base)
+    if fast is None:
+        python_pack = base.pack_command
+
+        def pack_command(self: Any, *args: Any) -> list[bytes]:
+            first = args[0]
+            words = first.encode().split() if isinstance(first, str) else first.split()
+            try:
+                return [hiredis.pack_command((*words, *args[1:]))]
+            except TypeError:
+                return cast(list[bytes], python_pack(self, *args))
+
+        fast = type(base.__name__, (base,), {"pack_command": pack_command})
+        _PACKED[base] = fast
+    pool.connection_class = fast
 
 
 def is_cluster_client(client: object) -> bool:

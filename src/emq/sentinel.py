@@ -36,6 +36,7 @@ import redis.asyncio.sentinel
 import redis.sentinel
 from redis.backoff import NoBackoff
 
+from .clients import packed_in_c
 from .errors import InvalidUrl
 
 SENTINEL_SCHEMES = ("redis+sentinel", "valkey+sentinel")
@@ -259,6 +260,7 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
         parsed.service, connection_pool_class=_AsyncPool, **primary
     )
     client.connection_pool.emq_url = url  # type: ignore[attr-defined]
+    packed_in_c(client.connection_pool)
     return client
 
 

@@ -26,7 +26,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from ..clients import async_client, is_cluster_client, sync_client
+from ..clients import async_client, is_cluster_client, packed_in_c, sync_client
 from ..config import check_url, redact_url
 from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
@@ -142,7 +142,9 @@ class ClientFactory:
             kwargs["unix_socket_path"] = kwargs.pop("path")
         elif self.scheme == "rediss":
             kwargs["ssl"] = True
-        return redis.asyncio.Redis(**kwargs, **extra)
+        client = redis.asyncio.Redis(**kwargs, **extra)
+        packed_in_c(client.connection_pool)
+        return client
 
 
 QUIET = 3
