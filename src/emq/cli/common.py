@@ -12,32 +12,31 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import redis
-from rich.console import Console, RenderableType
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
 
 from ..checks import MAX_SHOWN
 from ..config import check_url, redact_url
 from ..errors import EmqError, ServerUnreachable
-from ..queue import Queue
+from ..shell import UNREACHABLE
 
 if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
     from ..partitions import PartitionedQueue
-from ..server import EmbeddedServer
-from ..shell import UNREACHABLE
+    from ..queue import Queue
+
+    console: Console  # made on first use (see __getattr__): rich is imported only to print
+    err_console: Console
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
 
 URL_KEY = "emq.url"  # click's ctx.meta key: the server URL the command resolved
 TRACEBACK = "Traceback (most recent call last)"
@@ -62,8 +61,12 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
     home = embedded_home(url)
     if home is None:
         chosen = check_url(url or os.environ["EMQ_URL"])
+    elif code_default:
+        chosen = check_url(code_default)
     else:
-        chosen = check_url(code_default) if code_default else EmbeddedServer(home).start()
+        from ..server import EmbeddedServer
+
+        chosen = EmbeddedServer(home).start()
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.meta[URL_KEY] = chosen
@@ -84,6 +87,8 @@ def connect(url: str) -> redis.Redis:
 
 
 def open_queue(url: str | None, name: str) -> Queue:
+    from ..queue import Queue
+
     return Queue(connect(resolve_url(url)), name)
 
 
@@ -92,10 +97,12 @@ def open_routed(url: str | None, name: str) -> Queue | PartitionedQueue:
     partition count for it (docs/partitions.md), so a job enqueued or looked up by the
     command line reaches the partition its id or key routes to."""
     from ..partition_count import stored_counts
-    from ..partitions import PartitionedQueue
+    from ..queue import Queue
 
     client = connect(resolve_url(url))
     if stored_counts(client, [name]):
+        from ..partitions import PartitionedQueue
+
         return PartitionedQueue(client, name)
     return Queue(client, name)
 
@@ -117,6 +124,26 @@ def json_option(f: F) -> F:
 
 
 # -- printing ----------------------------------------------------------------------------
+# rich is imported on the first line printed through it: a command that prints JSON (or
+# nothing) never loads it. ``console`` and ``err_console`` are made then, once.
+
+
+def _console(stderr: bool = False) -> Console:
+    """``console`` (or ``err_console``), made on first use; a test may set either."""
+    name = "err_console" if stderr else "console"
+    made: Console | None = globals().get(name)
+    if made is None:
+        from rich.console import Console
+
+        made = globals()[name] = Console(stderr=stderr, soft_wrap=True)
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``err_console`` on first use (PEP 562), for ``from .common import``."""
+    if name in ("console", "err_console"):
+        return _console(name == "err_console")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def emit_json(obj: Any) -> None:
@@ -126,6 +153,8 @@ def emit_json(obj: Any) -> None:
 def line(*parts: object) -> Text:
     """One line of output: every part is literal text (``str(part)``: never markup, never
     an emoji code), except a ``(text, style)`` pair, which is styled, and a :class:`Text`."""
+    from rich.text import Text
+
     out = Text()
     for part in parts:
         if isinstance(part, Text):
@@ -139,7 +168,7 @@ def line(*parts: object) -> Text:
 
 def say(*parts: object, err: bool = False) -> None:
     """Print :func:`line` of ``parts`` on stdout (or stderr)."""
-    (err_console if err else console).print(line(*parts))
+    _console(err).print(line(*parts))
 
 
 def error(message: str) -> None:
@@ -149,6 +178,9 @@ def error(message: str) -> None:
 
 def table(title: str, *columns: str, **options: Any) -> Table:
     """A table whose title and headers are literal text; ``options`` go to :class:`Table`."""
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=Text(title), **options)
     for column in columns:
         t.add_column(Text(column))
@@ -157,6 +189,8 @@ def table(title: str, *columns: str, **options: Any) -> Table:
 
 def row(t: Table, *cells: object) -> None:
     """Add a row of literal cells (a :class:`Text` cell keeps its styles)."""
+    from rich.text import Text
+
     t.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
 
 
@@ -165,6 +199,10 @@ def show(renderable: RenderableType, *, fit: bool = False) -> None:
     when stdout is a pipe or a file. No header or cell is cut: on a narrow terminal a table's
     cells fold onto more lines instead of ending in an ellipsis (``fit``: always squeezed,
     for a picture whose cells fold)."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    console = _console()
     if isinstance(renderable, Table):
         for column in renderable.columns:
             column.overflow = "fold" if column.overflow == "ellipsis" else column.overflow
@@ -246,7 +284,8 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
         return f"the server{at} replied with an error: {exc}"
     if isinstance(exc, OSError):
         return str(exc)
-    if isinstance(exc, sqlite3.Error):
+    sqlite3 = sys.modules.get("sqlite3")  # not imported: no floor was opened, no such error
+    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         return f"the floor (SQLite) failed: {exc}"
     return None
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..checks import check_int
 from ..errors import InvalidOption
 from ..lanes import MAX_LIMIT, MAX_WEIGHT, Lane, Limits, Rate, check_rate, lane_arg
-from ..queue import Queue
 from .common import emit_json, json_option, open_queue, row, say, show, table, url_option
+
+if TYPE_CHECKING:
+    from ..queue import Queue
 
 _RATE = re.compile(r"(\d+)/(\d+)")
 NONE = "-"

@@ -5,6 +5,7 @@ table against the commands themselves."""
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import Any
 
@@ -104,6 +105,33 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Every command: its module (whose ``register(group)`` adds it) and its short help."""
 
 
+OTEL_SDK_METRICS = "opentelemetry.sdk.metrics"
+USER_CODE = frozenset({"worker"})  # commands that import the user's code (which may turn OTel on)
+COMMAND_KEY = "emq.command"  # click's ctx.meta key: the sub-command's name, once parsed
+
+
+def import_redis(command: str | None) -> None:
+    """Import redis-py without the OpenTelemetry metrics SDK when nothing uses OpenTelemetry.
+
+    redis-py 8 try-imports ``opentelemetry.sdk.metrics`` in ``redis/observability/providers``
+    on ``import redis`` when the SDK is installed (about 0.1 s of CPU), only for a type hint
+    and a flag nothing reads (redis-py 8.1); its metrics import the SDK themselves when they
+    are turned on. A command that runs no user code, in a process where no ``opentelemetry``
+    module is loaded yet (no auto-instrumentation), has nothing that could turn OpenTelemetry
+    on, so there the SDK module is made unimportable for the duration of ``import redis``
+    only: the try-import falls back, and the SDK imports normally afterwards (redis-py's
+    metrics still work: ``tests/test_cli_startup.py``). ``emq worker``, which imports the
+    user's code, imports redis as any program does."""
+    if command in USER_CODE or {"redis", "opentelemetry", OTEL_SDK_METRICS} & set(sys.modules):
+        return
+    sys.modules[OTEL_SDK_METRICS] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        import redis  # noqa: F401
+    finally:
+        if sys.modules.get(OTEL_SDK_METRICS, False) is None:
+            del sys.modules[OTEL_SDK_METRICS]
+
+
 def _short(name: str, text: str, width: int) -> str:
     """``text`` cut as click cuts a command's short help for the list."""
     return click.Command(name, short_help=text).get_short_help_str(width)
@@ -126,7 +154,13 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(n, _short(n, h, width)) for n, (_, h) in sorted(COMMANDS.items())])
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # the group's own options are flags: its first other argument names the command
+        ctx.meta[COMMAND_KEY] = next((a for a in args if not a.startswith("-")), None)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
+        import_redis(ctx.meta.get(COMMAND_KEY))
         from .common import guarded
 
         return guarded(ctx, lambda: super(LazyGroup, self).invoke(ctx))

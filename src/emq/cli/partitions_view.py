@@ -3,16 +3,16 @@ its partitions' counts summed, and with ``--partitions`` a row per partition aft
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.crc import key_slot
 
 from ..partition_count import stored_counts
 from ..partitioning import split_name, sum_counts
-from ..partitions import PartitionedQueue
-from ..queue import Queue
 from .lanes_cmds import stats_limits
+
+if TYPE_CHECKING:
+    from ..queue import Queue
 
 
 def fold(
@@ -40,6 +40,11 @@ def partitioned_stats(
     counts of its partitions and of the plain queue of its name, and says how many partitions;
     a partition's row has its own counts, limits and cluster slot; limits hold per partition,
     and the line shows partition 0's."""
+    from redis.crc import key_slot
+
+    from ..partitions import PartitionedQueue
+    from ..queue import Queue
+
     pq = PartitionedQueue(client, name)
     parts: list[Queue] = pq.partitions()
     each = pq.partition_counts()

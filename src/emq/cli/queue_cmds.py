@@ -6,10 +6,9 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from ..clients import close_client
 from ..config import MAX_STALLED
@@ -32,6 +31,9 @@ from .common import (
     url_option,
 )
 from .lanes_cmds import stats_limits
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
 LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in Location} | {
