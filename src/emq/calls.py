@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from .checks import check_int, shown
 from .config import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_LEASE_MS, Backoff, QueueOptions
 from .errors import InvalidName, InvalidOption
-from .ids import check_id
+from .ids import check_id, minted_at_ms
 from .keys import QueueKeys, node_key
 from .lanes import Lane, Limits, check_lane, decode_lanes, lane_arg, limits_args
 from .payloads import encode_payload
@@ -392,7 +392,7 @@ def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
         token=int(row.get("token", 0)),
         priority=int(row.get("priority", 0)),
         max_attempts=int(row.get("max_attempts", 0)),
-        created_at=int(row.get("created_at", 0)),
+        created_at=int(row.get("created_at") or minted_at_ms(job_id)),
         last_error=row.get("last_error"),
         fields=row,
     )

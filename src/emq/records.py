@@ -112,7 +112,9 @@ class Answer(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A snapshot of a job's row."""
+    """A snapshot of a job's row. ``attempts``, ``stalled`` and ``token`` are 0 until the
+    first claim (the row stores them from then on); ``created_at`` is the server-clock ms at
+    which the job's id was minted (the row does not store it)."""
 
     id: str
     state: str

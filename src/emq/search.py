@@ -38,7 +38,7 @@ from .archive.fts import text_matches as _matches
 from .archive.fts_query import FloorHit, FloorQuery, search_floor
 from .checks import shown
 from .errors import InvalidOption
-from .ids import ID_PATTERN, check_id
+from .ids import ID_PATTERN, check_id, minted_at_ms
 from .lanes import DEFAULT_LANE
 
 if TYPE_CHECKING:
@@ -142,11 +142,13 @@ def plan(query: SearchQuery) -> _Plan:
 # -- live rows (pure) ------------------------------------------------------------------------
 
 
-def _row_ms(row: dict[str, str]) -> int:
+def _row_ms(job_id: str, row: dict[str, str]) -> int:
+    """When the job died or completed, else when it was created (its id's mint time: a row
+    does not store it, docs/keyspace.md, unless an older emq wrote it)."""
     for f in ("died_at", "completed_at", "created_at"):
         if (v := row.get(f)) and v.lstrip("-").isdigit():
             return int(v)
-    return 0
+    return minted_at_ms(job_id)
 
 
 def _live_state(row: dict[str, str]) -> str:
@@ -171,7 +173,7 @@ def live_hit(p: _Plan, job_id: str, row: dict[str, str]) -> Hit | None:
     state = _live_state(row)
     if p.states is not None and not (_answers(state, "cancelled" in row) & p.states):
         return None
-    ms = _row_ms(row)
+    ms = _row_ms(job_id, row)
     if (q.since_ms is not None and ms < q.since_ms) or (q.until_ms is not None and ms > q.until_ms):
         return None
     snip = snippet(list(p.text), *texts) if p.text else snippet([], row.get("payload"), error)

@@ -75,9 +75,14 @@
 --                       flow's parent takes its unfinished children with it, in this step
 --                       (a leased child gets a cancel request); a flow's child is counted
 --                       for its parent. Returns where the job was, or false (in none)
--- row_fields(name, payload, state, priority, max_attempts, lane, now)  a new job row's
---                       fields for HSET (lane '' or false: the default lane, not stored);
---                       the caller appends its own (dedup, lifo, parent, repeat, ...)
+-- row_fields(name, payload, state, priority, max_attempts, lane)  a new job row's fields
+--                       for HSET (lane '' or false: the default lane, not stored); the
+--                       caller appends its own (dedup, lifo, parent, repeat, ...). Fields at
+--                       their start value are not stored (docs/keyspace.md): attempts,
+--                       stalled and token are 0 until claim or the sweep writes them (read
+--                       them as `or '0'`), and created_at is the id's mint time. Every row
+--                       has state, name and payload: a script asks one of them whether the
+--                       row exists.
 -- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing', cancelled = 'cancelled'}
@@ -234,7 +239,8 @@ local function to_cancelled(prefix, k_dead, k_metrics, id, reason, from, attempt
   redis.call('HDEL', row, 'cancel')
   redis.call('ZADD', k_dead, now, id)
   redis.call('HINCRBY', k_metrics, 'cancelled', 1)
-  emit('event', 'cancelled', 'job', id, 'from', from, 'reason', reason, 'attempts', attempts)
+  emit('event', 'cancelled', 'job', id, 'from', from, 'reason', reason, 'attempts',
+    attempts or '0')
   tell_waiters(prefix, id, waiters, 'cancelled', err)
 end
 
@@ -260,8 +266,8 @@ local function flow_count(prefix, k_pending, parent, id, status, result, policy,
     redis.call('HSET', prow, 'state', 'dead', 'last_error', err, 'died_at', now)
     redis.call('ZADD', prefix .. 'dead', now, parent)
     redis.call('HINCRBY', prefix .. 'metrics', 'dead', 1)
-    emit('event', 'dead', 'job', parent, 'attempts', p[4], 'error', err, 'name', p[5],
-      'payload', p[6], 'stalled', p[7])
+    emit('event', 'dead', 'job', parent, 'attempts', p[4] or '0', 'error', err, 'name', p[5],
+      'payload', p[6], 'stalled', p[7] or '0')
     tell_waiters(prefix, parent, p[1], 'dead', err)
     if p[2] then
       flow_child_done(prefix, k_pending, p[2], parent, 'dead', '', p[3], now)
@@ -308,7 +314,8 @@ local function cancel_children(prefix, k_pending, k_schedule, k_active, k_dead, 
           k_active, k_dead, k_metrics, kid, g, reason, now) and redis.call('ZSCORE', k_active, kid)
           and not g[5] then
         redis.call('HSET', prefix .. 'job:' .. kid, 'cancel', reason)
-        emit('event', 'cancel_requested', 'job', kid, 'reason', reason, 'attempts', g[3])
+        emit('event', 'cancel_requested', 'job', kid, 'reason', reason, 'attempts',
+          g[3] or '0')
       end
     end
   end
@@ -351,10 +358,9 @@ local function waiting_job(k_pending, k_schedule, id, ...)
   return where, lane, {unpack(f, 3)}
 end
 
-local function row_fields(name, payload, state, priority, max_attempts, lane, now)
-  local fields = {'name', name, 'payload', payload, 'state', state, 'attempts', '0',
-    'stalled', '0', 'token', '0', 'priority', priority, 'max_attempts', max_attempts,
-    'created_at', now}
+local function row_fields(name, payload, state, priority, max_attempts, lane)
+  local fields = {'name', name, 'payload', payload, 'state', state, 'priority', priority,
+    'max_attempts', max_attempts}
   if lane and lane ~= '' then fields[#fields + 1], fields[#fields + 2] = 'lane', lane end
   return fields
 end

@@ -60,7 +60,7 @@ if cancel_waiting(prefix, k_pending, k_schedule, k_active, k_dead, k_metrics, id
 if redis.call('ZSCORE', k_active, id) then
   if not f[5] then
     redis.call('HSET', row, 'cancel', reason)
-    emit('event', 'cancel_requested', 'job', id, 'reason', reason, 'attempts', f[3])
+    emit('event', 'cancel_requested', 'job', id, 'reason', reason, 'attempts', f[3] or '0')
   end
   return finish('requested')
 end

@@ -172,7 +172,7 @@ local function lease(id, lane, from)
   out[n + 1] = id
   out[n + 2] = token
   out[n + 3] = attempts
-  out[n + 4] = tonumber(f[2])
+  out[n + 4] = tonumber(f[2] or '0')
   out[n + 5] = f[3]
   out[n + 6] = f[4]
   out[n + 7] = lane

@@ -118,8 +118,8 @@ for n, id in ipairs(given) do
   else
     local score = scores[n]
     local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane', 'waiters',
-      'parent', 'children_left')
-    if not f[1] then
+      'parent', 'children_left', 'state')
+    if not f[8] then
       out[#out + 1] = ANSWER.gone
     elseif score and tonumber(score) > now and f[1] == token then
       seen[id] = true
@@ -144,7 +144,7 @@ for n, id in ipairs(given) do
         redis.call('DEL', prefix .. 'de:' .. f[3])
       end
       out[#out + 1] = ANSWER.completed
-      emit('event', 'completed', 'job', id, 'attempts', f[2])
+      emit('event', 'completed', 'job', id, 'attempts', f[2] or '0')
     else
       out[#out + 1] = ANSWER.lost
       emit('event', 'lease_lost', 'job', id, 'token', token, 'via', 'complete')

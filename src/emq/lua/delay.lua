@@ -50,8 +50,8 @@ for i = 3, #ARGV, 5 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'priority', 'lane', 'cancel', 'waiters',
-    'attempts', 'lifo')
-  if not f[1] then
+    'attempts', 'lifo', 'state')
+  if not f[8] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token and f[4] then
     redis.call('ZREM', k_active, id)  -- a cancel was requested: it is not given back

@@ -41,7 +41,6 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local now = server_ms()
-local now_s = tostring(now)
 
 -- pass 1: decide every job, write nothing. One EXISTS over the whole batch's rows: when it
 -- finds none (the common case: fresh ids), no job needs its own check.
@@ -101,7 +100,7 @@ for n, id in ipairs(targets) do
     local row = rows[n]
     local state = 'pending'
     if delay > 0 then state = 'scheduled' end
-    local fields = row_fields(name, payload, state, priority, max_attempts, lane, now_s)
+    local fields = row_fields(name, payload, state, priority, max_attempts, lane)
     if dedup ~= '' then
       fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
       redis.call('SET', prefix .. 'de:' .. dedup, id)

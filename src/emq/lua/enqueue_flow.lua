@@ -84,7 +84,7 @@ for i = FIRST, #ARGV, GROUP do
   local parent, policy, children = ARGV[i + 7], ARGV[i + 8], tonumber(ARGV[i + 9])
   local state = 'pending'
   if children > 0 then state = 'waiting' end
-  local fields = row_fields(name, payload, state, priority, max_attempts, lane, now)
+  local fields = row_fields(name, payload, state, priority, max_attempts, lane)
   if lifo == '1' then fields[#fields + 1], fields[#fields + 2] = 'lifo', '1' end
   if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
   if parent ~= '' then

@@ -32,9 +32,9 @@ local out = {}
 for i = 4, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local score = redis.call('ZSCORE', k_active, id)
-  local f = redis.call('HMGET', prefix .. 'job:' .. id, 'token', 'cancel')
+  local f = redis.call('HMGET', prefix .. 'job:' .. id, 'token', 'cancel', 'state')
   local held = f[1]
-  if not held then
+  if not f[3] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and held == token then
     redis.call('ZADD', k_active, 'XX', now + lease_ms, id)

@@ -48,16 +48,16 @@ for i = 3, #ARGV, 8 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
-    'stalled', 'lane', 'waiters', 'cancel', 'parent', 'on_failure')
-  if not f[1] then
+    'stalled', 'lane', 'waiters', 'cancel', 'parent', 'on_failure', 'state')
+  if not f[12] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     lane_release(f[7], id)
     redis.call('HINCRBY', k_metrics, 'failed', 1)
-    local attempts = tonumber(f[2])
+    local attempts = tonumber(f[2] or '0')
     if f[9] then  -- a cancel was requested: no retry, whatever the caller asked
-      to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2], f[8], now)
+      to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2] or '0', f[8], now)
       if f[10] then
         flow_child_done(prefix, prefix .. 'pending', f[10], id, 'cancelled', '', f[11], now)
       end
@@ -68,15 +68,15 @@ for i = 3, #ARGV, 8 do
       redis.call('HSET', row, 'state', 'scheduled', 'last_error', err)
       redis.call('ZADD', k_schedule, now + delay, id)
       out[#out + 1] = ANSWER.scheduled
-      emit('event', 'retrying', 'job', id, 'attempts', f[2], 'error', err, 'delay_ms', delay)
+      emit('event', 'retrying', 'job', id, 'attempts', attempts, 'error', err, 'delay_ms', delay)
     else
       redis.call('HSET', row, 'state', 'dead', 'last_error', err, 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       redis.call('HINCRBY', k_metrics, 'dead', 1)
       if f[8] then tell_waiters(prefix, id, f[8], 'dead', err) end
       out[#out + 1] = ANSWER.dead
-      emit('event', 'dead', 'job', id, 'attempts', f[2], 'error', err, 'name', f[4],
-        'payload', f[5], 'stalled', f[6])
+      emit('event', 'dead', 'job', id, 'attempts', attempts, 'error', err, 'name', f[4],
+        'payload', f[5], 'stalled', f[6] or '0')
       if f[10] then
         flow_child_done(prefix, prefix .. 'pending', f[10], id, 'dead', '', f[11], now)
       end

@@ -95,7 +95,7 @@ for i = 3, #ARGV, GROUP do
       if redis.call('EXISTS', row) == 0 then
         answer = 'fired'
         local name, priority, lane = s[5], tonumber(s[8]), s[7]
-        local fields = row_fields(name, s[6], 'pending', priority, s[9], lane, now)
+        local fields = row_fields(name, s[6], 'pending', priority, s[9], lane)
         fields[#fields + 1], fields[#fields + 2] = 'repeat', key
         redis.call('HSET', row, unpack(fields))
         to_pending(k_pending, id, priority, lane)

@@ -29,8 +29,9 @@ local out = {}
 for i = 3, #ARGV, 3 do
   local id, token, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row = prefix .. 'job:' .. id
-  local held = redis.call('HGET', row, 'token')
-  if not held then
+  local f = redis.call('HMGET', row, 'token', 'state')
+  local held = f[1]
+  if not f[2] then
     out[#out + 1] = ANSWER.gone
   else
     local score = redis.call('ZSCORE', k_active, id)

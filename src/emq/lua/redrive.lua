@@ -60,8 +60,8 @@ for _, id in ipairs(ids) do
       end
       redis.call('HSET', row, 'state', to)
       out[#out + 1] = id
-      emit('event', 'redriven', 'job', id, 'attempts', redis.call('HGET', row, 'attempts'),
-        'to', to)
+      emit('event', 'redriven', 'job', id, 'attempts',
+        redis.call('HGET', row, 'attempts') or '0', 'to', to)
     end
   end
 end

@@ -44,7 +44,7 @@ use_lanes(prefix, k_meta)
 local row = prefix .. 'job:' .. id
 local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane', 'state', 'waiters', 'parent',
   'on_failure', 'children_left')
-if not f[1] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
+if not f[4] then return redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
 local where = ''
 local lane = lane_of(f[3])
 local sets = {pending = lane_pending_key(k_pending, lane), active = k_active,
@@ -73,5 +73,5 @@ if f[8] then  -- a flow's parent: its unfinished children are cancelled, its rec
 end
 if f[6] then flow_child_done(prefix, k_pending, f[6], id, 'removed', '', f[7], now) end
 redis.call('DEL', row)
-emit('event', 'removed', 'job', id, 'attempts', f[1], 'from', where)
+emit('event', 'removed', 'job', id, 'attempts', f[1] or '0', 'from', where)
 return finish(where)

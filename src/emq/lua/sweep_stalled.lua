@@ -53,13 +53,14 @@ for _, id in ipairs(expired) do
   redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel',
-    'lifo', 'parent', 'on_failure')
-  if f[1] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
+    'lifo', 'parent', 'on_failure', 'state')
+  local attempts = f[1] or '0'
+  if f[9] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
     lane_release(f[3], id)
-    to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', f[1], f[4], now)
+    to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', attempts, f[4], now)
     cancelled[#cancelled + 1] = id
     if f[7] then flow_child_done(prefix, k_pending, f[7], id, 'cancelled', '', f[8], now) end
-  elseif f[1] then
+  elseif f[9] then
     lane_release(f[3], id)
     local stalled = redis.call('HINCRBY', row, 'stalled', 1)
     if max_stalled > 0 and stalled >= max_stalled then
@@ -68,14 +69,14 @@ for _, id in ipairs(expired) do
       dead[#dead + 1] = id
       if f[4] then tell_waiters(prefix, id, f[4], 'dead', 'stalled') end
       local story = redis.call('HMGET', row, 'name', 'payload')
-      emit('event', 'dead', 'job', id, 'attempts', f[1], 'error', 'stalled',
+      emit('event', 'dead', 'job', id, 'attempts', attempts, 'error', 'stalled',
         'stalled', stalled, 'name', story[1], 'payload', story[2])
       if f[7] then flow_child_done(prefix, k_pending, f[7], id, 'dead', '', f[8], now) end
     else
       redis.call('HSET', row, 'state', 'pending')
       to_pending(k_pending, id, f[2], f[3], f[6])
       recovered[#recovered + 1] = id
-      emit('event', 'stalled', 'job', id, 'attempts', f[1], 'stalled', stalled)
+      emit('event', 'stalled', 'job', id, 'attempts', attempts, 'stalled', stalled)
     end
   else
     missing[#missing + 1] = id

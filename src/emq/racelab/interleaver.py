@@ -2,8 +2,9 @@
 
 :func:`lab_run` is a sans-I/O generator (see :mod:`emq.racelab.wire` for the executors). It
 
-1. enqueues one job on a fresh queue with the real ``enqueue`` script, optionally marks the
-   row as having stalled before (``HSET stalled n``, a fixture for the worked example);
+1. enqueues one job on a fresh queue with the real ``enqueue`` script and writes its stall
+   counter (``HSET stalled n``: 0, or n > 0 as having stalled before, a fixture for the
+   worked example);
 2. for each round: leases the job with the real ``claim`` script and moves its deadline into
    the past with ``ZADD XX`` (the server clock then calls it expired; nothing sleeps), starts
    fresh actors and runs the schedule's tokens, then every unfinished actor to its end;
@@ -194,8 +195,9 @@ def _rounds(
 ) -> Generator[Command, Any, None]:
     """Each round: lease the job, lapse it, run the schedule, then every actor to its end."""
     keys = core.keys
-    if spec.initial_stalled:
-        yield Command(("HSET", keys.job(job_id), "stalled", spec.initial_stalled))
+    # the counter the forms race on, written even at 0 (a new row leaves it out): each read
+    # step then shows the number it read
+    yield Command(("HSET", keys.job(job_id), "stalled", spec.initial_stalled))
     for rnd in range(1, spec.rounds + 1):
         claim = Command(call=core.claim(1, spec.lease_ms, claim_request(rnd, "")))
         if [j.id for j in claim.decode((yield claim))] != [job_id]:
