@@ -381,3 +381,40 @@ def test_a_stored_claim_reply_lives_at_most_a_minute(queue: Queue, client: redis
     queue.enqueue("x")
     queue.claim(1, lease_ms=3_600_000, request="long")
     assert 0 < client.pttl(queue.core.keys.claim_reply("long")) <= 60_000
+
+
+def test_a_waiting_row_stores_no_start_values(queue: Queue, client: redis.Redis) -> None:
+    """attempts, stalled, token and created_at are not stored until they mean something;
+    they read as 0 (created_at: the id's mint time), and every transition still tells a row
+    that exists from one that does not."""
+    from emq.ids import minted_at_ms
+
+    job_id = queue.enqueue("send", {"to": "a@b"})
+    row = client.hgetall(queue.core.keys.job(job_id))
+    assert set(row) == {"state", "name", "payload", "priority", "max_attempts"}
+    job = queue.job(job_id)
+    assert job is not None and (job.attempts, job.stalled, job.token) == (0, 0, 0)
+    assert job.created_at == minted_at_ms(job_id)
+    # a never-leased row exists: a stale call on it is LOST (with its event), never GONE
+    assert queue.complete_many([(job_id, 7)]) == [Answer.LOST]
+    assert queue.extend_many([(job_id, 7)], 1_000) == [Answer.LOST]
+    assert queue.fail_many([(job_id, 7, "x", True, None)]) == [Answer.LOST]
+    (leased,) = queue.claim(1)
+    row = client.hgetall(queue.core.keys.job(job_id))
+    assert (row["attempts"], row["token"], "stalled" in row) == ("1", str(leased.token), False)
+    assert leased.stalled == 0
+    queue.complete(job_id, leased.token)
+    assert_consistent(client, queue.name)
+
+
+def test_cancel_and_remove_of_a_never_leased_job(queue: Queue, client: redis.Redis) -> None:
+    """The events of a job that was never claimed carry attempts 0, not an error."""
+    a, b = queue.enqueue("n", 1), queue.enqueue("n", 2)
+    queue.cancel(a, reason="no longer needed")
+    queue.remove(b)
+    entries = client.xrange(queue.core.keys.events)
+    ended = {f["job"]: f for _, f in entries if f["event"] in ("cancelled", "removed")}
+    assert (ended[a]["attempts"], ended[b]["attempts"]) == ("0", "0")
+    assert queue.redrive_many([a]) == [a]
+    assert where(client, queue.name, a) == ["pending"]
+    assert_consistent(client, queue.name)
