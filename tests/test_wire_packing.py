@@ -73,3 +73,23 @@ def test_a_pool_is_packed_once_per_connection_class() -> None:
     assert pools[0].connection_class is pools[1].connection_class
     packed_in_c(pools[0])  # again: the packed class is not wrapped twice
     assert pools[0].connection_class.__mro__[1] is redis.asyncio.Connection
+
+
+async def test_a_cluster_clients_nodes_pack_in_c(cluster_server: Any, qname: str) -> None:
+    """Every node of an asyncio cluster client emq makes, the ones it learns later included,
+    packs in C; a bulk enqueue across the cluster's slot still lands whole."""
+    client = async_client(cluster_server.url())
+    try:
+        await client.ping()  # learns the slot map: nodes beyond the URL's
+        nodes = client.get_nodes()  # type: ignore[attr-defined]
+        assert len(nodes) >= 3
+        assert all(n.connection_class.__mro__[1] is redis.asyncio.Connection for n in nodes)
+    finally:
+        await client.aclose()
+    q = AsyncQueue.from_url(cluster_server.url(), qname)
+    try:
+        ids = await q.enqueue_many([("noop", {"i": i}) for i in range(1_500)])
+        assert len(set(ids)) == 1_500
+        assert (await q.counts())["pending"] == 1_500
+    finally:
+        await q.close()

@@ -139,6 +139,7 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
         return sentinel.async_client(url, **kwargs)
     if cluster:
         client = AsyncRedisCluster.from_url(url, **cluster_kwargs(kwargs))
+        packed_in_c(client)
         return cast(redis.asyncio.Redis, client)
     plain = redis.asyncio.Redis.from_url(url, **kwargs)
     packed_in_c(plain.connection_pool)
@@ -148,18 +149,12 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
 _PACKED: dict[type, type] = {}
 
 
-def packed_in_c(pool: Any) -> None:
-    """Make the asyncio ``pool``'s new connections pack commands with hiredis's C packer, as
-    redis-py's sync connections already do (its asyncio ones pack in Python, one argument at a
-    time: most of a bulk enqueue's client CPU). The bytes sent are the same; an argument the
-    C packer refuses goes through redis-py's own packer, so errors are redis-py's too."""
-    try:
-        import hiredis
-    except ImportError:  # pragma: no cover - hiredis is a dependency of emq
-        return
-    base = pool.connection_class
+def _packed_class(base: Any) -> Any:
+    """``base`` (an asyncio connection class) with hiredis's C packer, made once per class."""
+    import hiredis
+
     if base in _PACKED.values():
-        return
+        return base
     fast = _PACKED.get(base)
     if fast is None:
         python_pack = base.pack_command
@@ -174,7 +169,27 @@ def packed_in_c(pool: Any) -> None:
 
         fast = type(base.__name__, (base,), {"pack_command": pack_command})
         _PACKED[base] = fast
-    pool.connection_class = fast
+    return fast
+
+
+def packed_in_c(target: Any) -> None:
+    """Make the new connections of an asyncio connection pool, or of every node of an asyncio
+    cluster client, pack commands with hiredis's C packer, as redis-py's sync connections
+    already do (its asyncio ones pack in Python, one argument at a time: most of a bulk
+    enqueue's client CPU). The bytes sent are the same; an argument the C packer refuses goes
+    through redis-py's own packer, so errors are redis-py's too."""
+    try:
+        import hiredis  # noqa: F401
+    except ImportError:  # pragma: no cover - hiredis is a dependency of emq
+        return
+    if isinstance(target, AsyncRedisCluster):
+        manager: Any = target.nodes_manager  # redis-py's cluster internals are untyped
+        kwargs = manager.connection_kwargs
+        kwargs["connection_class"] = _packed_class(kwargs["connection_class"])
+        for node in manager.startup_nodes.values():
+            node.connection_class = _packed_class(node.connection_class)
+        return
+    target.connection_class = _packed_class(target.connection_class)
 
 
 def is_cluster_client(client: object) -> bool:

@@ -136,7 +136,9 @@ class ClientFactory:
         if self.url is not None:
             return async_client(self.url, **extra)
         if self.cluster:
-            return cast(redis.asyncio.Redis, AsyncRedisCluster(**self.kwargs, **extra))
+            cluster = AsyncRedisCluster(**self.kwargs, **extra)
+            packed_in_c(cluster)
+            return cast(redis.asyncio.Redis, cluster)
         kwargs = dict(self.kwargs)
         if self.scheme == "unix":
             kwargs["unix_socket_path"] = kwargs.pop("path")
