@@ -73,6 +73,16 @@ def test_bad_ids_are_refused(bad: object) -> None:
         check_id(bad)
 
 
+@pytest.mark.parametrize("value", [0, 10 * 62**10 - 1, 10 * 62**10, (1 << 63) - 1])
+def test_ids_at_the_edges_of_the_range_check(value: int) -> None:
+    """The fast accept (a first digit of 0-9) and the digit-by-digit check agree at their
+    boundary and at the 63-bit limit."""
+    job_id = encode(value)
+    assert check_id(job_id) == job_id and decode(job_id) == value
+    with pytest.raises(InvalidId):
+        check_id(encode(value)[:3] + "é" + encode(value)[4:])
+
+
 @pytest.mark.parametrize("bad", ["", "a b", "a{b", "a}b", "x" * 129, "é", None, "a:b"])
 def test_bad_queue_names_are_refused(bad: object) -> None:
     with pytest.raises(InvalidName, match="queue name"):

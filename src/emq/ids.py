@@ -42,6 +42,10 @@ REPEAT_SLOTS = 4096  # a tick id's sequence bits: one slot per schedule of a que
 NODE_TTL_MS = 60_000
 ID_PATTERN = re.compile(r"JOB[0-9A-Za-z]{11}")
 MAX_SNOWFLAKE = (1 << 63) - 1
+# A first digit of 0-9 keeps the value below 10 * 62**10 (8.4e18), inside 63 bits: such an
+# id (every id minted before 2087) needs no digit-by-digit range check.
+_IN_RANGE = re.compile(r"JOB[0-9][0-9A-Za-z]{10}")
+assert MAX_SNOWFLAKE >= 10 * 62**10
 
 
 _PAIRS = [a + b for a in ALPHABET for b in ALPHABET]  # 62**2 = 3844 two-character digits
@@ -67,6 +71,8 @@ def decode(job_id: str) -> int:
 
 def check_id(job_id: object) -> str:
     """Return ``job_id`` if it is a branded emq id, else raise :class:`InvalidId`."""
+    if isinstance(job_id, str) and _IN_RANGE.fullmatch(job_id):
+        return job_id
     if not isinstance(job_id, str) or not ID_PATTERN.fullmatch(job_id):
         raise InvalidId(
             f"job id {shown(job_id)} is invalid: expected 'JOB' followed by 11 characters "
