@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.server import server_cpu_s
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -51,11 +53,6 @@ def rate(starts: list[float]) -> float:
     lo, hi = int(len(s) * 0.1), int(len(s) * 0.9)
     span = s[hi] - s[lo]
     return (hi - lo) / span if span > 0 else 0.0
-
-
-def server_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def drain(url: str, queue: str, conc: int, options: dict[str, Any]) -> list[float]:
@@ -95,10 +92,10 @@ def child(side: str, url: str, jobs: int, conc: int) -> None:
         enqueue_rate = jobs / (time.perf_counter() - t0)
         q.client.delete(q.core.keys.wake)
     client = redis.Redis.from_url(url)
-    cpu0, mine0 = server_cpu(client), time.process_time()
+    cpu0, mine0 = server_cpu_s(client), time.process_time()
     starts = asyncio.run(drain(url, queue, conc, OPTIONS[side]))
     worker_us = (time.process_time() - mine0) / jobs * 1e6
-    server_us = (server_cpu(client) - cpu0) / jobs * 1e6
+    server_us = (server_cpu_s(client) - cpu0) / jobs * 1e6
     with Queue.from_url(url, queue) as q:
         q.obliterate(force=True)
     out = {"enqueue": enqueue_rate, "rate": rate(starts), "server_us": server_us}

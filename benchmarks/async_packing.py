@@ -22,15 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from harness.server import server_cpu_s
 
 import emq.clients
 from emq import AsyncQueue
 from emq.server import EmbeddedServer
-
-
-def server_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def one(url: str, client: redis.Redis, name: str, jobs: int) -> tuple[float, float, float]:
@@ -39,9 +35,9 @@ async def one(url: str, client: redis.Redis, name: str, jobs: int) -> tuple[floa
     try:
         await q.new_ids(1)  # the id node lease, outside the measured step
         batch: list[tuple[str, Any]] = [("noop", None)] * jobs
-        t0, s0, c0 = time.perf_counter(), server_cpu(client), time.process_time()
+        t0, s0, c0 = time.perf_counter(), server_cpu_s(client), time.process_time()
         await q.enqueue_many(batch)
-        t1, s1, c1 = time.perf_counter(), server_cpu(client), time.process_time()
+        t1, s1, c1 = time.perf_counter(), server_cpu_s(client), time.process_time()
     finally:
         await q.close()
     return jobs / (t1 - t0), (c1 - c0) * 1e6 / jobs, (s1 - s0) * 1e6 / jobs

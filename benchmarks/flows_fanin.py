@@ -59,14 +59,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.server import server_cpu_s
+
 BENCH = Path(__file__).resolve().parent
 SIDES = ("plain", "flow")
 TRACKED = ("evalsha", "hset", "hget", "hincrby", "hmget", "hgetall", "xadd", "zadd", "del")
-
-
-def server_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def commandstats(client: Any) -> dict[str, tuple[int, float]]:
@@ -163,13 +160,13 @@ def run_side(side: str, url: str, r: int, args: argparse.Namespace) -> dict[str,
     with Queue.from_url(url, queue) as q:
         q.obliterate(force=True)
         q.client.config_resetstat()
-        cpu0 = server_cpu(q.client)
+        cpu0 = server_cpu_s(q.client)
         jobs, took = admit(q, side, args.children)
-        enq_server = server_cpu(q.client) - cpu0
+        enq_server = server_cpu_s(q.client) - cpu0
         enq_calls, enq_usec = commandstats(q.client).get("evalsha", (0, 0.0))
         q.client.delete(q.core.keys.wake)
         q.client.config_resetstat()
-        cpu0 = server_cpu(q.client)
+        cpu0 = server_cpu_s(q.client)
     cmd = [sys.executable, __file__, "--child", queue, "--url", url]
     cmd += ["--conc", str(args.conc), "--children", str(args.children)]
     if args.profile:
@@ -180,7 +177,7 @@ def run_side(side: str, url: str, r: int, args: argparse.Namespace) -> dict[str,
         raise SystemExit(f"{side} failed ({out.returncode}):\n{out.stderr[-3000:]}")
     got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     with Queue.from_url(url, queue) as q:
-        server = server_cpu(q.client) - cpu0
+        server = server_cpu_s(q.client) - cpu0
         stats = commandstats(q.client)
         counts = q.counts()
         q.obliterate(force=True)

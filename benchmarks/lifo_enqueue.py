@@ -30,17 +30,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.private import url_or_private
+from harness.server import server_cpu_s
 
 from emq import JobSpec, Queue
 
 
-def server_cpu_s(q: Queue) -> float:
-    info = q.client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def side(q: Queue, kind: str, n: int) -> dict[str, float]:
-    cpu, start = server_cpu_s(q), time.perf_counter()
+    cpu, start = server_cpu_s(q.client), time.perf_counter()
     if kind == "fifo":
         q.enqueue_many([("noop", None)] * n)
     elif kind == "lifo":
@@ -50,7 +46,7 @@ def side(q: Queue, kind: str, n: int) -> dict[str, float]:
         for _ in range(n):
             q.enqueue("noop", lifo=lifo)
     wall = time.perf_counter() - start
-    used = server_cpu_s(q) - cpu
+    used = server_cpu_s(q.client) - cpu
     q.obliterate(force=True)
     return {"jobs_per_s": n / wall, "server_us_per_job": used / n * 1e6}
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.server import server_cpu_s
+
 QUEUE = "rate"
 
 
@@ -103,11 +105,6 @@ def child(side: str, url: str, conc: int, prefetch: int | None, profile: str | N
     print(json.dumps({"n": len(starts), "rate": rate(starts), "cpu_us": cpu / len(starts) * 1e6}))
 
 
-def _server_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     from emq import Queue
 
@@ -119,7 +116,7 @@ def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
         enq = time.perf_counter() - t0
         q.client.delete(q.core.keys.wake)
         q.client.config_resetstat()
-        cpu0 = _server_cpu(q.client)
+        cpu0 = server_cpu_s(q.client)
     cmd = [sys.executable, __file__, "--child", side, "--url", url, "--conc", str(args.conc)]
     if args.prefetch is not None:
         cmd += ["--prefetch", str(args.prefetch)]
@@ -134,7 +131,7 @@ def run_side(side: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     if got["n"] != args.jobs:
         raise SystemExit(f"{side}: {got['n']} handler starts for {args.jobs} jobs")
     with Queue.from_url(url, QUEUE) as q:
-        got["server_us"] = (_server_cpu(q.client) - cpu0) / args.jobs * 1e6
+        got["server_us"] = (server_cpu_s(q.client) - cpu0) / args.jobs * 1e6
         calls = q.client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
         got["jobs_per_call"] = args.jobs / max(1, int(calls))
     got.update(side=side, wall_s=round(wall, 2), enqueue_s=round(enq, 2))

@@ -16,6 +16,12 @@ from typing import Any
 import redis
 
 
+def server_cpu_s(client: Any) -> float:
+    """The server process's CPU seconds so far, all its threads (``INFO cpu`` user + sys)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
