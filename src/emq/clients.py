@@ -146,15 +146,13 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
     return plain
 
 
-_PACKED: dict[type, type] = {}
+_PACKED: dict[type, type] = {}  # a connection class -> its packed twin (a twin -> itself)
 
 
 def _packed_class(base: Any) -> Any:
     """``base`` (an asyncio connection class) with hiredis's C packer, made once per class."""
     import hiredis
 
-    if base in _PACKED.values():
-        return base
     fast = _PACKED.get(base)
     if fast is None:
         python_pack = base.pack_command
@@ -168,7 +166,7 @@ def _packed_class(base: Any) -> Any:
                 return cast(list[bytes], python_pack(self, *args))
 
         fast = type(base.__name__, (base,), {"pack_command": pack_command})
-        _PACKED[base] = fast
+        _PACKED[base] = _PACKED[fast] = fast
     return fast
 
 
@@ -177,11 +175,8 @@ def packed_in_c(target: Any) -> None:
     cluster client, pack commands with hiredis's C packer, as redis-py's sync connections
     already do (its asyncio ones pack in Python, one argument at a time: most of a bulk
     enqueue's client CPU). The bytes sent are the same; an argument the C packer refuses goes
-    through redis-py's own packer, so errors are redis-py's too."""
-    try:
-        import hiredis  # noqa: F401
-    except ImportError:  # pragma: no cover - hiredis is a dependency of emq
-        return
+    through redis-py's own packer, so errors are redis-py's too. (hiredis comes with emq's
+    ``redis[hiredis]`` dependency.)"""
     if isinstance(target, AsyncRedisCluster):
         manager: Any = target.nodes_manager  # redis-py's cluster internals are untyped
         kwargs = manager.connection_kwargs

@@ -57,7 +57,7 @@ for i = 3, #ARGV, 8 do
     redis.call('HINCRBY', k_metrics, 'failed', 1)
     local attempts = tonumber(f[2] or '0')
     if f[9] then  -- a cancel was requested: no retry, whatever the caller asked
-      to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2] or '0', f[8], now)
+      to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2], f[8], now)
       if f[10] then
         flow_child_done(prefix, prefix .. 'pending', f[10], id, 'cancelled', '', f[11], now)
       end
