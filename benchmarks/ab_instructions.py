@@ -82,7 +82,7 @@ def main() -> None:
 
     import redis
 
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     per_job: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory(prefix="emq-abi-") as name:

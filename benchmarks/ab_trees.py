@@ -5,7 +5,7 @@
 
 ``--base`` is a git revision; it is checked out (``git worktree add``) in a temp dir and its
 ``src`` put first on ``PYTHONPATH`` of the children that measure it, while the other side runs
-this working tree's ``src``. One private server (``emq.server.EmbeddedServer``,
+this working tree's ``src``. One private server (``emq.embedded.standalone.EmbeddedServer``,
 ``appendonly no``) serves every side, each on a queue of its own.
 
 Each round, for each side (the order rotates from round to round), in a child process of
@@ -138,7 +138,7 @@ def main() -> None:
 
     import redis
 
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     sides = ["base", "new", *extra]
     with tempfile.TemporaryDirectory(prefix="emq-ab-") as tmp:

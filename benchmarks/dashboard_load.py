@@ -30,7 +30,7 @@ import httpx
 import redis
 
 from emq import Queue
-from emq.server import EmbeddedServer, free_port
+from emq.embedded.standalone import EmbeddedServer, free_port
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

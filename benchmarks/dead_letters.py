@@ -1,9 +1,9 @@
-"""What grouping and bulk-moving dead letters cost (emq.deadletters).
+"""What grouping and bulk-moving dead letters cost (emq.queue._sync.deadletters).
 
     .venv/bin/python benchmarks/dead_letters.py [--dead 100000]
 
 Starts a private embedded Valkey, makes ``--dead`` jobs dead with three errors in turn, then
-times :func:`emq.deadletters.groups` over all of them (what the dashboard's dead-letter page
+times :func:`emq.queue._sync.deadletters.groups` over all of them (what the dashboard's dead-letter page
 does on each load), a filtered bulk redrive of one group and a filtered purge of another (each
 including its snapshot scan). Prints one line each; timings are wall time on this machine.
 """
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from emq import Queue
-from emq import deadletters as dl
-from emq.deadgroups import DeadFilter
-from emq.server import EmbeddedServer, valkey_binary
+from emq.calls.deadletters import DeadFilter
+from emq.embedded.standalone import EmbeddedServer, valkey_binary
+from emq.queue._sync import deadletters as dl
 
 ERRORS = ("smtp refused", "disk full", "timeout after 30 s")
 

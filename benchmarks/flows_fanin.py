@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/flows_fanin.py [--children 10000] [--rounds 9] [--conc 50]
 
-One private server (``emq.server.EmbeddedServer`` in a temp dir, ``appendonly no``). Two sides
+One private server (``emq.embedded.standalone.EmbeddedServer`` in a temp dir, ``appendonly no``). Two sides
 alternate within every round (the order swaps from round to round), each on a fresh queue:
 
 - ``plain``: ``Queue.enqueue_many`` of ``--children`` ``JobSpec("part", {"n": i})`` in one
@@ -210,7 +210,7 @@ def run_side(side: str, url: str, r: int, args: argparse.Namespace) -> dict[str,
 def split(url: str, side: str, n: int, conc: int) -> dict[str, Any]:
     """Server time per job of each script (and the commands inside) in a bare loop."""
     from emq import Queue
-    from emq.results import encode_result
+    from emq.calls.results import encode_result
 
     queue = f"fanin-split-{side}-{os.getpid()}"
     usec: dict[str, float] = {}
@@ -322,7 +322,7 @@ def main() -> None:
 
     import redis
 
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     started = time.time()
     figures: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/lanes_rate.py [--jobs 40000] [--lanes 1000] [--rounds 3]
                                               [--conc 50] [--split 10000]
 
-One private server (``emq.server.EmbeddedServer`` in a temp dir, ``appendonly no``) and three
+One private server (``emq.embedded.standalone.EmbeddedServer`` in a temp dir, ``appendonly no``) and three
 sides, each on a queue of its own:
 
 - ``plain``: ``Queue.enqueue_many`` of ``("noop", None)`` pairs, no lanes, no limits;
@@ -219,7 +219,7 @@ def main() -> None:
     import redis
 
     import emq
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     started = time.strftime("%Y-%m-%d-%H%M%S")
     load0 = os.getloadavg()

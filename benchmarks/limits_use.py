@@ -29,7 +29,7 @@ import redis
 from harness.private import url_or_private
 
 from emq import JobSpec, Queue
-from emq.events import parse_id
+from emq.model.events import parse_id
 
 # a worker process: no-op or sleeping handler, burst mode; prints its claim calls at the end
 CHILD = """

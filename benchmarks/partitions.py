@@ -34,7 +34,7 @@ from typing import Any
 import redis
 
 from emq import PartitionedQueue, Queue, QueueOptions, Worker, WorkerOptions
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 BATCH = 1000
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from emq import Queue
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 HERE = Path(__file__).parent
 CLI = "from emq.cli.main import main; main()"

@@ -5,7 +5,7 @@ same transaction, as the archiver does) with realistic jobs: each is ``enqueued`
 ``claimed`` and ``completed`` (most), or retried (``retrying`` with an error) and finally
 ``completed`` or ``dead`` (with its name, payload and error), plus a share of ``progress``
 events; names from 12 handlers, payloads of customer, order and note words, errors of a
-dozen kinds. Then times typical searches through :func:`emq.search.search` on a queue of a
+dozen kinds. Then times typical searches through :func:`emq.archive.search.search` on a queue of a
 private Valkey (its live rows empty, so the figure is the floor's):
 
     .venv/bin/python benchmarks/search_floor.py --events 1000000
@@ -29,10 +29,10 @@ from pathlib import Path
 
 from emq import Queue
 from emq.archive import Floor
-from emq.events import Event
-from emq.ids import ID_PATTERN
-from emq.search import SearchQuery, search
-from emq.server import EmbeddedServer
+from emq.archive.search import SearchQuery, search
+from emq.embedded.standalone import EmbeddedServer
+from emq.model.events import Event
+from emq.model.ids import ID_PATTERN
 
 NAMES = ["charge", "refund", "invoice", "email.send", "sms.send", "report.daily", "resize",
          "webhook", "export.csv", "sync.crm", "reindex", "notify"]  # fmt: skip

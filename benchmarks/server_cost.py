@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/server_cost.py [--jobs 30000] [--batch 50] [--rounds 3] [--aof]
 
-Starts a private server (``emq.server.EmbeddedServer`` in a temp dir, ``appendonly no``
+Starts a private server (``emq.embedded.standalone.EmbeddedServer`` in a temp dir, ``appendonly no``
 unless ``--aof``) and, in each round, on a flushed server, reads ``INFO cpu``
 (``used_cpu_user + used_cpu_sys``: the server process's CPU, all of its threads) and
 ``INFO commandstats`` before and after each step:
@@ -42,7 +42,7 @@ from typing import Any
 import redis
 
 from emq import Queue, QueueOptions
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCRIPT_CMDS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/worker_rate.py [--jobs 100000] [--conc 50] [--prefetch N]
                                                [--rounds 1] [--only worker|loop] [--profile F]
 
-Starts a private server (``emq.server.EmbeddedServer`` in a temp dir, ``appendonly no``), and
+Starts a private server (``emq.embedded.standalone.EmbeddedServer`` in a temp dir, ``appendonly no``), and
 for each round: bulk-enqueues ``--jobs`` no-op jobs with ``Queue.enqueue_many``, drains them
 with one ``Worker`` (burst mode, async no-op handler, concurrency ``--conc``), enqueues the
 same backlog again and drains it with a bare ``AsyncQueue`` loop (claim up to ``--conc`` jobs
@@ -155,7 +155,7 @@ def main() -> None:
 
     import redis
 
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     sides = [args.only] if args.only else ["worker", "loop"]
     with tempfile.TemporaryDirectory(prefix="emq-rate-") as tmp:

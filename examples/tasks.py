@@ -45,7 +45,7 @@ def report(payload: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    from emq.server import EmbeddedServer
+    from emq.embedded.standalone import EmbeddedServer
 
     url = os.environ.get("EMQ_URL") or EmbeddedServer(".emq").start()
     with Queue.from_url(url, "example") as q:

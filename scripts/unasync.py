@@ -1,141 +1,124 @@
 #!/usr/bin/env python3
-"""Generate the sync shells from the asyncio ones: ``src/emq/queue.py`` (``Queue``) from
-``async_queue.py``, ``reads.py`` (``Reads``) from ``async_reads.py`` and ``control.py``
-(``Control``) from ``async_control.py``.
+"""Generate ``src/emq/queue/_sync/`` from ``src/emq/queue/_async/``, the whole folder.
 
-The two shells must not drift apart, so only the asyncio one is written by hand; the sync one
-is this script's output, checked by ``tests/test_seams.py``. The rewrite is by whole tokens
-(names, ``async``/``await``) plus a few exact phrases, so a method of ``AsyncQueue`` and its
-twin in ``Queue`` differ only where the I/O does.
+The sync shells must not drift from the asyncio ones, so only ``_async/`` is written by hand
+and every ``_sync/*.py`` is this script's output. The rules are generic (a token rename, the
+``async``/``await`` keywords, the asyncio primitives and their threading counterparts): no
+rule names a file, so the docstrings in ``_async/`` are written to be true in both halves.
+Each generated file starts with a banner naming its source; the output is formatted (imports
+sorted) by ruff. A rule that matches nothing anywhere in the folder is an error: a rule that
+no longer does anything is a rule that may hide a drift.
 
-    python scripts/unasync.py          # rewrite src/emq/queue.py
-    python scripts/unasync.py --check  # exit 1 if it is out of date
+    python scripts/unasync.py          # rewrite src/emq/queue/_sync/
+    python scripts/unasync.py --check  # exit 1 if any file there is out of date
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PKG = ROOT / "src" / "emq"
-PAIRS = [
-    (PKG / "async_queue.py", PKG / "queue.py"),
-    (PKG / "async_reads.py", PKG / "reads.py"),
-    (PKG / "async_control.py", PKG / "control.py"),
-    (PKG / "async_deadletters.py", PKG / "deadletters.py"),
-    (PKG / "async_partitions.py", PKG / "partitions.py"),
-    (PKG / "async_partition_count.py", PKG / "partition_count.py"),
+SOURCE = ROOT / "src" / "emq" / "queue" / "_async"
+TARGET = ROOT / "src" / "emq" / "queue" / "_sync"
+BANNER = "# Generated from emq/queue/_async/{name} by scripts/unasync.py: edit that file instead.\n"
+
+# (pattern, replacement), regular expressions applied in order to each file
+RULES: list[tuple[str, str]] = [
+    (r"\bawait asyncio\.to_thread\((\w[\w.]*)(?:, ?|(?=\)))", r"\1("),  # a blocking call, made directly
+    (r"\basync with\b", "with"),
+    (r"\basync for\b", "for"),
+    (r"\basync def\b", "def"),
+    (r"\bawait ", ""),
+    (r"for (\w+) in (\w+):\n\s+yield \1\n", r"yield from \2\n"),
+    (r"\bimport asyncio\n", "import threading\n"),
+    (r"\basyncio\.Lock\(\)", "threading.Lock()"),
+    (r"\basyncio\.sleep\(", "time.sleep("),
+    (r"\bimport redis\.asyncio\n", "import redis\n"),
+    (r"\bredis\.asyncio\.Redis\b", "redis.Redis"),
+    (r"\bAwaitable\[(\w+)\]", r"\1"),
+    (r"\ban asyncio\b", "a sync"),  # prose: "on an asyncio client"
+    (r"\basyncio\b", "sync"),  # prose; left in code it breaks the build, as it should
 ]
 
-# exact phrases, applied first (docstrings and imports that are not a token swap)
-PHRASES = [
-    (
-        '"""``AsyncQueue``: the asyncio shell that sends what :mod:`emq.calls` builds.',
-        '"""``Queue``: the sync shell that sends what :mod:`emq.calls` builds.',
-    ),
-    (
-        ":class:`emq.Queue` is its sync twin; methods differ only by ``await``.",
-        ":class:`emq.AsyncQueue` is its asyncio twin; methods differ only by ``await``.\n\n"
-        "Generated from ``async_queue.py`` by ``scripts/unasync.py``: edit that file, then run\n"
-        "the script.",
-    ),
-    ("A queue on an asyncio redis-py client", "A queue on a sync redis-py client"),
-    (
-        '"""``AsyncReads``: what ``AsyncQueue`` reads without changing anything.',
-        '"""``Reads``: what ``Queue`` reads without changing anything.\n\n'
-        "Generated from ``async_reads.py`` by ``scripts/unasync.py``: edit that file, then run\n"
-        "the script.",
-    ),
-    (
-        '"""``AsyncControl``: what ``AsyncQueue`` does to single jobs and schedules',
-        '"""``Control``: what ``Queue`` does to single jobs and schedules',
-    ),
-    (
-        "The sync twin ``Control`` (of :class:`emq.Queue`) is generated from this file.",
-        "Generated from ``async_control.py`` by ``scripts/unasync.py``: edit that file, then run\n"
-        "the script.",
-    ),
-    ("    from .async_queue import AsyncQueue\n", "    from .queue import Queue\n"),
-    (
-        '"""``AsyncPartitionedQueue``: one queue split into partitions, on an asyncio client.',
-        '"""``PartitionedQueue``: one queue split into partitions, on a sync client.\n\n'
-        "Generated from ``async_partitions.py`` by ``scripts/unasync.py``: edit that file, then\n"
-        "run the script.",
-    ),
-    (
-        ":class:`emq.PartitionedQueue` is its sync twin.",
-        ":class:`emq.AsyncPartitionedQueue` is its asyncio twin.",
-    ),
-    ("from .async_queue import AsyncQueue\n", "from .queue import Queue\n"),
-    (
-        "on an asyncio client; :mod:`emq.partition_count` is its sync twin.",
-        "on a sync client.\n\nGenerated from ``async_partition_count.py`` by "
-        "``scripts/unasync.py``: edit that file,\nthen run the script.",
-    ),
-    ("from .async_partition_count import", "from .partition_count import"),
-    ("import asyncio\n", "import threading\n"),
-    ("asyncio.Lock()", "threading.Lock()"),
-    ("asyncio.sleep(", "time.sleep("),
-    ("redis.asyncio.Redis", "redis.Redis"),
-    ("import redis.asyncio\n", "import redis\n"),
-    ("AsyncIterator[Event]", "Iterator[Event]"),
-    ("Awaitable[T]", "T"),
-    ("async with ", "with "),
-    ("async def ", "def "),
-    ("await ", ""),
-]
-
-# whole-word renames
+# whole-word renames: the asyncio name -> the sync name
 NAMES = {
     "AsyncQueue": "Queue",
     "AsyncPartitionedQueue": "PartitionedQueue",
-    "agather": "gather",
     "AsyncReads": "Reads",
-    "async_reads": "reads",
     "AsyncControl": "Control",
-    "async_control": "control",
     "AsyncIterator": "Iterator",
-    "Awaitable": "",
+    "agather": "gather",
     "run_async": "run",
     "run_pipelined_async": "run_pipelined",
+    "aread_range": "read_range",
     "aiter_events": "iter_events",
     "ahistory": "history",
     "arun": "run",
     "acheck": "check",
-    "aclose": "close",
     "aclose_client": "close_client",
     "async_client": "sync_client",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
+    "_async": "_sync",
 }
 
 
-def unasync(text: str) -> str:
-    for old, new in PHRASES:
-        text = text.replace(old, new)
+def unasync(text: str, hits: dict[str, int]) -> str:
+    for pattern, replacement in RULES:
+        text, n = re.subn(pattern, replacement, text)
+        hits[pattern] += n
     for old, new in NAMES.items():
-        text = re.sub(rf"\b{re.escape(old)}\b", new, text)
-    # the renames above also hit the source's own name in "Generated from ``async_x.py``"
-    text = re.sub(r"from ``(reads|control)\.py`` by", r"from ``async_\1.py`` by", text)
-    # an import list that named a removed type (Awaitable) keeps no empty slot
-    text = re.sub(r", ,", ",", text)
-    text = text.replace("import (, ", "import (").replace("import , ", "import ")
-    text = text.replace(", )", ")")
+        text, n = re.subn(rf"\b{re.escape(old)}\b", new, text)
+        hits[old] += n
+    # an import list that named a type the rules removed (Awaitable) keeps no empty slot
+    text = re.sub(r"\bimport Awaitable\n", "", text)
+    text = re.sub(r", Awaitable\b|\bAwaitable, ", "", text)
     return text
 
 
+def formatted(text: str, path: Path) -> str:
+    """``text`` with its imports sorted and formatted as ruff would, for ``path``."""
+    args = ["--stdin-filename", str(path)]
+    ruff = [sys.executable, "-m", "ruff"]
+    fixed = subprocess.run([*ruff, "check", "--fix-only", "--select", "I,F401", "--quiet",
+                            *args, "-"], input=text, capture_output=True, text=True,
+                           check=True, cwd=ROOT).stdout  # fmt: skip
+    return subprocess.run([*ruff, "format", "--quiet", *args, "-"], input=fixed,
+                          capture_output=True, text=True, check=True, cwd=ROOT).stdout  # fmt: skip
+
+
+def generate() -> dict[Path, str]:
+    """Every file ``_sync/`` must hold, by path."""
+    hits = dict.fromkeys([p for p, _ in RULES] + list(NAMES), 0)
+    wanted: dict[Path, str] = {}
+    for source in sorted(SOURCE.glob("*.py")):
+        target = TARGET / source.name
+        text = unasync(source.read_text(), hits)
+        wanted[target] = BANNER.format(name=source.name) + formatted(text, target)
+    idle = [rule for rule, n in hits.items() if n == 0]
+    if idle:
+        raise SystemExit(f"unasync: these rules match nothing in {SOURCE}: {idle}")
+    return wanted
+
+
 def main(argv: list[str]) -> int:
-    stale = 0
-    for source, target in PAIRS:
-        wanted = unasync(source.read_text())
-        if "--check" not in argv:
-            target.write_text(wanted)
-        elif not target.exists() or target.read_text() != wanted:
-            print(f"{target} is out of date: run python scripts/unasync.py", file=sys.stderr)
-            stale = 1
-    return stale
+    wanted = generate()
+    extra = [p for p in TARGET.glob("*.py") if p not in wanted]
+    if "--check" in argv:
+        stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+        for p in stale + extra:
+            print(f"{p.relative_to(ROOT)} is out of date: run python scripts/unasync.py",
+                  file=sys.stderr)  # fmt: skip
+        return 1 if stale or extra else 0
+    TARGET.mkdir(exist_ok=True)
+    for p in extra:
+        p.unlink()
+    for p, text in wanted.items():
+        p.write_text(text)
+    return 0
 
 
 if __name__ == "__main__":

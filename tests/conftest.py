@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from emq import AsyncQueue, Queue
-from emq.clients import close_client, sync_client
-from emq.cluster_server import EmbeddedCluster
-from emq.server import EmbeddedServer, valkey_binary
+from emq.embedded.cluster import EmbeddedCluster
+from emq.embedded.standalone import EmbeddedServer, valkey_binary
+from emq.server.clients import close_client, sync_client
 
 SERVERS = ["valkey", "redis"]
 

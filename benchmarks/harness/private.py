@@ -6,7 +6,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 
-from emq.server import EmbeddedServer
+from emq.embedded.standalone import EmbeddedServer
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ def _binary() -> tuple[str, Path]:
     found = shutil.which("redis-server")
     if found:
         return "redis", Path(found)
-    from emq.server import valkey_binary
+    from emq.embedded.standalone import valkey_binary
 
     return "valkey", valkey_binary()
 

@@ -10,10 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .archive import Archive, Floor
-    from .async_partitions import AsyncPartitionedQueue
-    from .async_queue import AsyncQueue
-    from .cancel import Cancel
-    from .config import Backoff, QueueOptions
+    from .calls.control import Cancel
+    from .calls.flows import Child, Flow, FlowIds, chain, group
     from .errors import (
         CancelRequested,
         DuplicateConflict,
@@ -39,13 +37,15 @@ if TYPE_CHECKING:
         WorkerFailed,
         WrongState,
     )
-    from .events import Event
-    from .flows import Child, Flow, FlowIds, chain, group
-    from .lanes import Lane, Limits, RateLimited
-    from .partitions import PartitionedQueue
-    from .queue import Queue
-    from .records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
-    from .states import JobState, Location
+    from .model.config import Backoff, QueueOptions
+    from .model.events import Event
+    from .model.lanes import Lane, Limits, RateLimited
+    from .model.records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
+    from .model.states import JobState, Location
+    from .queue._async.partitions import AsyncPartitionedQueue
+    from .queue._async.queue import AsyncQueue
+    from .queue._sync.partitions import PartitionedQueue
+    from .queue._sync.queue import Queue
     from .worker import JobContext, Permanent, Worker, WorkerOptions
 
 __all__ = [
@@ -108,58 +108,58 @@ __all__ = [
 __version__ = "0.1.0"
 
 _WHERE = {
-    "Answer": "records",
-    "AsyncPartitionedQueue": "async_partitions",
-    "AsyncQueue": "async_queue",
-    "Backoff": "config",
-    "Cancel": "cancel",
+    "Answer": "model.records",
+    "AsyncPartitionedQueue": "queue._async.partitions",
+    "AsyncQueue": "queue._async.queue",
+    "Backoff": "model.config",
+    "Cancel": "calls.control",
     "CancelRequested": "errors",
-    "Child": "flows",
-    "Claimed": "records",
-    "Claims": "records",
+    "Child": "calls.flows",
+    "Claimed": "model.records",
+    "Claims": "model.records",
     "DuplicateConflict": "errors",
     "EmqError": "errors",
-    "EnqueuedId": "records",
-    "Event": "events",
-    "Flow": "flows",
-    "FlowIds": "flows",
+    "EnqueuedId": "model.records",
+    "Event": "model.events",
+    "Flow": "calls.flows",
+    "FlowIds": "calls.flows",
     "InvalidId": "errors",
     "InvalidInput": "errors",
     "InvalidName": "errors",
     "InvalidOption": "errors",
     "InvalidPayload": "errors",
     "InvalidUrl": "errors",
-    "Job": "records",
+    "Job": "model.records",
     "JobCancelled": "errors",
     "JobContext": "worker",
     "JobDead": "errors",
     "JobNotFound": "errors",
-    "JobSpec": "records",
-    "JobState": "states",
-    "Lane": "lanes",
+    "JobSpec": "model.records",
+    "JobState": "model.states",
+    "Lane": "model.lanes",
     "LeaseLost": "errors",
-    "Limits": "lanes",
-    "Location": "states",
+    "Limits": "model.lanes",
+    "Location": "model.states",
     "NotWaiting": "errors",
     "Permanent": "worker",
-    "PartitionedQueue": "partitions",
-    "Queue": "queue",
-    "QueueOptions": "config",
-    "RateLimited": "lanes",
+    "PartitionedQueue": "queue._sync.partitions",
+    "Queue": "queue._sync.queue",
+    "QueueOptions": "model.config",
+    "RateLimited": "model.lanes",
     "ResultTimeout": "errors",
     "ScriptError": "errors",
     "ServerError": "errors",
     "ServerOutOfMemory": "errors",
     "ServerRefused": "errors",
     "ServerUnreachable": "errors",
-    "SweepResult": "records",
+    "SweepResult": "model.records",
     "UnsafeServer": "errors",
     "Worker": "worker",
     "WorkerFailed": "errors",
     "WorkerOptions": "worker",
     "WrongState": "errors",
-    "chain": "flows",
-    "group": "flows",
+    "chain": "calls.flows",
+    "group": "calls.flows",
     "Archive": "archive",
     "Floor": "archive",
 }

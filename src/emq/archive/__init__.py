@@ -8,6 +8,8 @@
 - :func:`history` / :func:`ahistory` merge the floor and the live tail of one job.
 """
 
+from typing import Any
+
 from .archiver import (
     PAUSE_POINTS,
     Archive,
@@ -16,7 +18,6 @@ from .archiver import (
     Totals,
 )
 from .floor import SCHEMA_VERSION, Floor, FloorError, Segment, default_path
-from .history import ahistory, history, merge
 from .storage import (
     LocalDir,
     RestoreError,
@@ -55,3 +56,14 @@ __all__ = [
     "restore",
     "ship",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # history reads the floor and the live stream through a queue's client: imported on
+    # first use, so the floor does not pull the queue shells in
+    if name in ("history", "ahistory", "merge"):
+        from ..queue._async import history as async_history
+        from ..queue._sync import history as sync_history
+
+        return getattr(sync_history if name == "history" else async_history, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,8 +41,9 @@ from typing import Any, cast
 import redis
 
 from ..errors import EmqError, ScriptError, ServerRefused, ServerUnreachable
-from ..events import READ_CHUNK, Event, parse_id, read_range
-from ..queue import Queue
+from ..model.events import READ_CHUNK, Event, parse_id
+from ..queue._sync.queue import Queue
+from ..queue._sync.stream import read_range
 from .floor import Floor, default_path
 
 log = logging.getLogger("emq.archive")

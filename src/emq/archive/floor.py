@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EmqError
-from ..events import Event, format_id, parse_id
-from ..keys import check_queue_name
+from ..model.events import Event, format_id, parse_id
+from ..model.keys import check_queue_name
 from .fts import FTS_SCHEMA, index_events, migrate_to_2, new_entries
 
 SCHEMA_VERSION = 2
@@ -177,7 +177,7 @@ class Floor:
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
         """The connection, held for reads only (under the floor's lock) for the whole block:
-        :mod:`emq.search` runs its queries in it."""
+        :mod:`emq.archive.search` runs its queries in it."""
         with self._lock:
             yield self._db
 

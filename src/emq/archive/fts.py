@@ -36,7 +36,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..events import Event
+from ..model.events import Event
 
 EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z, as the job ids
 SEQ_BITS = 22

@@ -1,7 +1,7 @@
 """Searching the floor: candidate rows from its most selective index, each job checked on
 its own newest events (name, state, error), bounded (:data:`ROW_CAP`, :data:`JOB_CAP`).
 
-Used by :mod:`emq.search`; the index itself is :mod:`emq.archive.fts`.
+Used by :mod:`emq.archive.search`; the index itself is :mod:`emq.archive.fts`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from ..errors import EmqError
-from ..events import Event, parse_id
+from ..model.events import Event, parse_id
 from .floor import Floor, FloorError, Segment
 
 FORMAT = "emq.floor-segment/1"

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 import redis
 
-from ..checks import MAX_SHOWN
-from ..config import check_url, redact_url
 from ..errors import EmqError, ServerUnreachable
-from ..shell import UNREACHABLE
+from ..model.checks import MAX_SHOWN
+from ..queue.shared import UNREACHABLE
+from ..server.urls import check_url, redact_url
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
     from rich.text import Text
 
-    from ..partitions import PartitionedQueue
-    from ..queue import Queue
+    from ..queue._sync.partitions import PartitionedQueue
+    from ..queue._sync.queue import Queue
 
     console: Console  # made on first use (see __getattr__): rich is imported only to print
     err_console: Console
@@ -64,7 +64,7 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
     elif code_default:
         chosen = check_url(code_default)
     else:
-        from ..server import EmbeddedServer
+        from ..embedded.standalone import EmbeddedServer
 
         chosen = EmbeddedServer(home).start()
     ctx = click.get_current_context(silent=True)
@@ -76,7 +76,7 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
 def connect(url: str) -> redis.Redis:
     """A client for an already resolved URL, with bounded connect and read timeouts (a port
     that accepts and never answers gives an error, not a hang)."""
-    from ..clients import sync_client
+    from ..server.clients import sync_client
 
     return sync_client(
         url,
@@ -87,7 +87,7 @@ def connect(url: str) -> redis.Redis:
 
 
 def open_queue(url: str | None, name: str) -> Queue:
-    from ..queue import Queue
+    from ..queue._sync.queue import Queue
 
     return Queue(connect(resolve_url(url)), name)
 
@@ -96,12 +96,12 @@ def open_routed(url: str | None, name: str) -> Queue | PartitionedQueue:
     """The queue ``name``, or the partitioned queue of that name when the server holds a
     partition count for it (docs/partitions.md), so a job enqueued or looked up by the
     command line reaches the partition its id or key routes to."""
-    from ..partition_count import stored_counts
-    from ..queue import Queue
+    from ..queue._sync.partition_count import stored_counts
+    from ..queue._sync.queue import Queue
 
     client = connect(resolve_url(url))
     if stored_counts(client, [name]):
-        from ..partitions import PartitionedQueue
+        from ..queue._sync.partitions import PartitionedQueue
 
         return PartitionedQueue(client, name)
     return Queue(client, name)
@@ -223,7 +223,7 @@ _LONG = re.compile(rf"\S{{{MAX_SHOWN + 1},}}")
 
 def clip(message: str, limit: int = MAX_SHOWN) -> str:
     """``message`` with every run of more than ``limit`` non-space characters cut as
-    :func:`emq.checks.shown` cuts a refused value (``...`` and the full length), and at most
+    :func:`emq.model.checks.shown` cuts a refused value (``...`` and the full length), and at most
     ten such runs' worth of text overall. The core already cuts the values it repeats; this
     also covers click's usage errors and messages from redis-py or the OS."""
     cut = _LONG.sub(lambda m: f"{m[0][: limit - 3]}... ({len(m[0])} characters)", message)

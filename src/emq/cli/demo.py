@@ -28,10 +28,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..config import redact_url
 from ..errors import JobNotFound, LeaseLost
-from ..queue import Queue
-from ..states import Location
+from ..model.states import Location
+from ..queue._sync.queue import Queue
+from ..server.urls import redact_url
 from .common import console, embedded_home, emit_json, line, resolve_url, say, url_option
 
 JOBS = 300

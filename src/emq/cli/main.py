@@ -1,6 +1,6 @@
 """The ``emq`` command group. Each command lives in its own module, imported only when that
 command runs: ``emq --help`` lists them from :data:`COMMANDS` without importing any of them
-(nor redis, rich or the queue), so it starts fast; ``tests/test_cli_startup.py`` checks the
+(nor redis, rich or the queue), so it starts fast; ``tests/cli/test_cli_startup.py`` checks the
 table against the commands themselves."""
 
 from __future__ import annotations
@@ -15,90 +15,90 @@ from .. import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "archive": (
-        "archive_cmds",
+        "archive",
         "Fold the event stream into the durable floor before trimming it.",
     ),
     "cancel": (
-        "cancel_cmd",
+        "cancel",
         "Cancel job ID on QUEUE: a waiting or scheduled job never runs, a running one is "
         "stopped by its worker.",
     ),
     "dashboard": (
-        "dashboard_cmd",
+        "dashboard",
         "Serve the web dashboard: queues, jobs, search, dead letters, workers, race lab.",
     ),
     "dead": (
-        "queue_cmds",
+        "queues",
         "Dead-letter set of QUEUE: list, redrive (IDS or all), purge (IDS or all).",
     ),
     "dead-letters": (
-        "dead_cmd",
+        "dead",
         "Dead jobs of QUEUE grouped by error; redrive or purge every one matching a filter.",
     ),
     "demo": (
         "demo",
         "Crash, freeze and poison workers on the embedded server (or --url); lose nothing.",
     ),
-    "drain": ("queue_cmds", "Delete every waiting job (pending and scheduled) of QUEUE."),
-    "enqueue": ("queue_cmds", "Enqueue job NAME with a JSON PAYLOAD on QUEUE."),
-    "events": ("archive_cmds", "Read a queue's event stream."),
+    "drain": ("queues", "Delete every waiting job (pending and scheduled) of QUEUE."),
+    "enqueue": ("queues", "Enqueue job NAME with a JSON PAYLOAD on QUEUE."),
+    "events": ("archive", "Read a queue's event stream."),
     "flow": (
-        "flow_cmd",
+        "flow",
         "Show the flow tree of job ID on QUEUE: each job's state, and its children's.",
     ),
     "history": (
-        "archive_cmds",
+        "archive",
         "Every event of JOB_ID: the floor and the live stream merged, in order (one line "
         "each, or one JSON object per line with --json).",
     ),
-    "job": ("queue_cmds", "Show one job's row."),
+    "job": ("queues", "Show one job's row."),
     "jobs": (
-        "queue_cmds",
+        "queues",
         "List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's "
         "order; `completed`: the kept completed jobs (keep_completed), newest first.",
     ),
-    "lanes": ("lanes_cmds", "List QUEUE's lanes and its limits (docs/lanes.md)."),
+    "lanes": ("lanes", "List QUEUE's lanes and its limits (docs/lanes.md)."),
     "limits": (
-        "lanes_cmds",
+        "lanes",
         "Show or change the limits of QUEUE, or of one lane with --lane (docs/lanes.md).",
     ),
     "metrics": (
-        "metrics_cmd",
+        "metrics",
         "Prometheus metrics of the queues: counts per location, lifetime counters, oldest "
         "waiting job's age, paused (docs/observability.md).",
     ),
-    "pause": ("queue_cmds", "Stop claims on QUEUE, or of one --lane (checked inside the claim)."),
+    "pause": ("queues", "Stop claims on QUEUE, or of one --lane (checked inside the claim)."),
     "race": (
         "race",
         "The race lab: emq's one-script stalled recovery against the naive round-trip loop.",
     ),
-    "repeat": ("repeat_cmds", "QUEUE's repeating jobs and cron schedules: list, add, remove."),
+    "repeat": ("repeat", "QUEUE's repeating jobs and cron schedules: list, add, remove."),
     "result": (
-        "result_cmd",
+        "result",
         "Print the result of job ID on QUEUE (kept when the queue or its handler sets "
         "result_ttl_ms), waiting up to --wait seconds for it to end.",
     ),
-    "resume": ("queue_cmds", "Let claims on QUEUE (or of one --lane) go on."),
+    "resume": ("queues", "Let claims on QUEUE (or of one --lane) go on."),
     "search": (
-        "search_cmd",
+        "search",
         "Search QUEUE's jobs by text, id, name, state and time, live rows and archive floor.",
     ),
-    "server": ("server_cmds", "Manage the embedded Valkey server (data under ./.emq, AOF on)."),
+    "server": ("server", "Manage the embedded Valkey server (data under ./.emq, AOF on)."),
     "stats": (
-        "queue_cmds",
+        "queues",
         "Counts per location for QUEUE, or for every queue on the server, and the limits "
         "of each queue that has any (docs/lanes.md).",
     ),
     "sweep": (
-        "queue_cmds",
+        "queues",
         "Recover expired leases on QUEUE (to pending, or dead past --max-stalled).",
     ),
     "worker": (
-        "worker_cmd",
+        "worker",
         "Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.",
     ),
     "workers": (
-        "workers_cmd",
+        "workers",
         "List the live workers: host, pid, queues, concurrency, jobs running now, last beat.",
     ),
 }
@@ -120,7 +120,7 @@ def import_redis(command: str | None) -> None:
     module is loaded yet (no auto-instrumentation), has nothing that could turn OpenTelemetry
     on, so there the SDK module is made unimportable for the duration of ``import redis``
     only: the try-import falls back, and the SDK imports normally afterwards (redis-py's
-    metrics still work: ``tests/test_cli_startup.py``). ``emq worker``, which imports the
+    metrics still work: ``tests/cli/test_cli_startup.py``). ``emq worker``, which imports the
     user's code, imports redis as any program does."""
     if command in USER_CODE or {"redis", "opentelemetry", OTEL_SDK_METRICS} & set(sys.modules):
         return

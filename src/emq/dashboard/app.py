@@ -23,7 +23,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..config import redact_url
+from ..server.urls import redact_url
 from . import live, pages, security
 from .web import HERE, Dash, done, read_form, render
 
@@ -82,8 +82,8 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text of every queue (emq.metrics.render_queue_metrics, in a thread)."""
-    from ..metrics import render_queue_metrics  # prometheus_client, on the first scrape
+    """Prometheus text of every queue (emq.observe.prometheus.render_queue_metrics, in a thread)."""
+    from ..observe.prometheus import render_queue_metrics
 
     dash: Dash = request.app.state.dash
     body, content_type = await asyncio.to_thread(render_queue_metrics, dash.url, None)

@@ -1,14 +1,14 @@
 """The dead-letter page of a queue and its bulk actions.
 
 - ``GET /queues/{queue}/dead?name=&contains=&since=&until=&op=``: the dead jobs grouped by
-  error (:func:`emq.async_deadletters.groups`), narrowed by the filter; each group offers a
+  error (:func:`emq.queue._async.deadletters.groups`), narrowed by the filter; each group offers a
   bulk redrive and a bulk purge of its jobs under the same filter (after a confirmation).
   ``op``: show that bulk move's progress (``<progress id="bulk-progress">`` and
   ``#bulk-status``, polled by ``static/more.js``; the text ends in "done" when it is).
 - ``POST /queues/{queue}/dead/redrive|purge`` (CSRF-checked, refused when read-only; fields
   ``error``, ``contains``, ``name``, ``since``, ``until``; no field at all takes every dead
   job): starts the move as a background task on the server, in chunks of 200 ids
-  (:mod:`emq.async_deadletters`: a stop mid-way leaves each job moved or still dead; a job
+  (:mod:`emq.queue._async.deadletters`: a stop mid-way leaves each job moved or still dead; a job
   someone else moved meanwhile is skipped). Answers 303 to the page with ``?op=ID`` (or,
   asked for JSON, 202 ``{"op": ID}``).
 - ``GET /bulk/{op_id}``: the move's progress as JSON (``done``, ``total``, ``moved``,
@@ -35,11 +35,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import async_deadletters as adl
-from ..async_queue import AsyncQueue
-from ..checks import parse_when
-from ..deadgroups import BulkResult, DeadFilter
+from ..calls.deadletters import BulkResult, DeadFilter
 from ..errors import EmqError
+from ..model.checks import parse_when
+from ..queue._async import deadletters as adl
+from ..queue._async.queue import AsyncQueue
 from .web import action_form, dash, done, render
 
 log = logging.getLogger(__name__)

@@ -32,10 +32,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from ..calls import COUNT_FIELDS, decode_counts
-from ..clients import is_cluster_client
-from ..ids import minted_at_ms
-from ..states import Location
+from ..calls.call import COUNT_FIELDS, decode_counts
+from ..model.ids import minted_at_ms
+from ..model.states import Location
+from ..server.clients import is_cluster_client
 
 if TYPE_CHECKING:
     from .web import Dash

@@ -2,11 +2,11 @@
 (:mod:`~emq.dashboard.bulk`, :mod:`~emq.dashboard.racepage`); ``create_app`` includes
 :data:`routes` through its hook.
 
-- ``GET /search?queue=&q=&state=&name=&since=&until=``: :func:`emq.search.asearch` over the
+- ``GET /search?queue=&q=&state=&name=&since=&until=``: :func:`emq.archive.search.asearch` over the
   live rows and the archive floor of one queue, or of every queue (at most
   :data:`SEARCH_QUEUES`) when ``queue`` is empty; ``q`` is a job id or words of the payload
   or error text; ``since`` / ``until`` are ms, an ISO time (UTC) or an age (``2h``).
-- ``GET /workers``: the live workers from the registry (:func:`emq.registry.alist_workers`).
+- ``GET /workers``: the live workers from the registry (:func:`emq.observe.registry.alist_workers`).
 
 Nothing here writes; every value shown is escaped by the templates.
 """
@@ -23,10 +23,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..checks import parse_when
 from ..errors import EmqError, InvalidInput
-from ..ids import check_id
-from ..keys import QueueKeys
+from ..model.checks import parse_when
+from ..model.ids import check_id
+from ..model.keys import QueueKeys
 from . import bulk, racepage
 from .web import dash, render
 
@@ -41,12 +41,12 @@ class Found:
     """A search hit and the queue it was found in."""
 
     queue: str
-    hit: Any  # emq.search.Hit
+    hit: Any  # emq.archive.search.Hit
 
 
 def _query(form: dict[str, str], now_ms: int) -> Any:
-    """The :class:`emq.search.SearchQuery` of the form (raises InvalidInput on bad input)."""
-    query_cls = import_module("emq.search").SearchQuery
+    """The :class:`emq.archive.search.SearchQuery` of the form (InvalidInput on bad input)."""
+    query_cls = import_module("emq.archive.search").SearchQuery
     q = form["q"].strip()
     job_id = None
     if q:
@@ -66,7 +66,7 @@ def _query(form: dict[str, str], now_ms: int) -> Any:
 
 
 async def _search(request: Request, names: list[str], query: Any) -> list[Found]:
-    asearch = import_module("emq.search").asearch
+    asearch = import_module("emq.archive.search").asearch
     d = dash(request)
 
     async def one(name: str) -> list[Found]:
@@ -105,7 +105,7 @@ async def search_page(request: Request) -> Response:
             context["hits"] = await _search(request, targets, query)
             context["searched"] = targets
         except ImportError:
-            context["problem"] = "Search is not available in this emq (emq.search is missing)."
+            context["problem"] = "Search is not available here (emq.archive.search is missing)."
             status = 501
         except EmqError as exc:
             context["problem"] = str(exc)
@@ -115,7 +115,7 @@ async def search_page(request: Request) -> Response:
 
 async def workers_page(request: Request) -> Response:
     try:
-        alist_workers = import_module("emq.registry").alist_workers
+        alist_workers = import_module("emq.observe.registry").alist_workers
     except (ImportError, AttributeError):
         context: dict[str, Any] = {"workers": [], "problem": "No worker registry in this emq."}
         return render(request, "workers.html", context, status=501)

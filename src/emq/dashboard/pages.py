@@ -15,12 +15,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..async_queue import AsyncQueue
 from ..errors import EmqError, InvalidInput
-from ..events import Event
-from ..ids import check_id
-from ..lanes import DEFAULT_LANE
-from ..records import Job
+from ..model.events import Event
+from ..model.ids import check_id
+from ..model.lanes import DEFAULT_LANE
+from ..model.records import Job
+from ..queue._async.queue import AsyncQueue
 from .live import SHOWN, Live, read_counts
 from .web import action_form, dash, done, render
 
@@ -28,7 +28,7 @@ LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
 MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
 QUEUE_ACTIONS = ("pause", "resume", "drain")
-# the actions each state allows on the job page (emq.states.TRANSITIONS)
+# the actions each state allows on the job page (emq.model.states.TRANSITIONS)
 JOB_ACTIONS: dict[str, tuple[str, ...]] = {
     "pending": ("cancel", "remove"),
     "scheduled": ("promote", "cancel", "remove"),

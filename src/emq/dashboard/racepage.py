@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..clients import close_client, sync_client
 from ..errors import EmqError
 from ..racelab.forms import MODES
 from ..racelab.scenarios import SCENARIOS, Outcome, modes, run_scenario
+from ..server.clients import close_client, sync_client
 from .web import action_form, dash, done, render
 
 RUN_TIMEOUT_S = 60.0

@@ -31,11 +31,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..async_queue import AsyncQueue
-from ..clients import aclose_client, async_client
-from ..discovery import aqueue_names
 from ..errors import InvalidInput
-from ..keys import check_queue_name
+from ..model.keys import check_queue_name
+from ..queue._async.queue import AsyncQueue
+from ..server.clients import aclose_client, async_client
+from ..server.discovery import aqueue_names
 from . import security
 
 HERE = Path(__file__).parent

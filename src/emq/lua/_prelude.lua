@@ -83,7 +83,7 @@
 --                       them as `or '0'`), and created_at is the id's mint time. Every row
 --                       has state, name and payload: a script asks one of them whether the
 --                       row exists.
--- ANSWER                the closed set of per-job answers, decoded in emq.calls.Answer
+-- ANSWER                the closed set of per-job answers, decoded in emq.calls.jobs.Answer
 local ANSWER = {completed = 'completed', lost = 'lost', gone = 'gone', pending = 'pending',
   scheduled = 'scheduled', dead = 'dead', missing = 'missing', cancelled = 'cancelled'}
 

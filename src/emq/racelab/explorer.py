@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from ..queue import Queue
+from ..queue._sync.queue import Queue
 from .forms import MODES, WORKER_STEPS, Mode, sweep_steps
 from .interleaver import RunResult, RunSpec, lab_run
 from .schedule import ActorSpec, Schedule, Token, merges

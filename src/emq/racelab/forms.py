@@ -16,8 +16,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..calls import QueueCore
-from ..records import Claimed, SweepResult
+from ..calls.jobs import QueueCore
+from ..model.records import Claimed, SweepResult
 from .wire import Command
 
 Mode = Literal["atomic", "naive"]

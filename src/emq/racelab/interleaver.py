@@ -22,9 +22,9 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calls import QueueCore
-from ..keys import QueueKeys
-from ..records import JobSpec
+from ..calls.jobs import QueueCore
+from ..model.keys import QueueKeys
+from ..model.records import JobSpec
 from .forms import (
     MOVING_STEPS,
     PAST_MS,

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from ..queue import Queue
+from ..queue._sync.queue import Queue
 from .forms import MODES, Mode
 from .interleaver import RunResult, RunSpec, lab_run, run_keys, spec_for
 from .schedule import ActorSpec, ScheduleError

@@ -30,7 +30,7 @@ from typing import Any, cast
 import redis
 
 from ..errors import EmqError, LeaseLost
-from ..queue import Queue
+from ..queue._sync.queue import Queue
 from .forms import LAB_MAX_STALLED, SWEEP_LIMIT, Actor, Mode, Report, naive_sweep
 from .wire import Command, execute
 

@@ -11,8 +11,8 @@ to the server:
   so a run's own commands still reach the server in its own order; only unrelated runs are
   batched together. This is what keeps the explorer's thousands of runs to seconds.
 
-Script calls are the ones :mod:`emq.calls` builds, dispatched like :class:`emq.Queue` does:
-EVALSHA first, and on ``NOSCRIPT`` loaded and re-sent by :func:`emq.scripts.run`.
+Script calls are the ones :mod:`emq.calls.jobs` builds, dispatched like :class:`emq.Queue` does:
+EVALSHA first, and on ``NOSCRIPT`` loaded and re-sent by :func:`emq.lua.scripts.run`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ import redis
 from hiredis import pack_command
 from redis.exceptions import NoScriptError, ResponseError
 
-from .. import scripts
-from ..calls import Arg, Call
-from ..clients import node_client
+from ..calls.call import Arg, Call
 from ..errors import from_reply
+from ..lua import scripts
+from ..server.clients import node_client
 
 HIDDEN_ARGS = ("prefix", "maxlen", "request")
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """One command: a raw command (``args``), or a script call built by :mod:`emq.calls`."""
+    """One command: a raw command (``args``), or a script call built by :mod:`emq.calls.jobs`."""
 
     args: tuple[Arg, ...] = ()
     call: Call[Any] | None = None
@@ -83,7 +83,7 @@ class Link:
     :meth:`send` writes a batch of commands in one write per node and reads one reply per
     command; a batch never holds two commands of one run, so each run's order is kept. A
     ``NOSCRIPT`` reply (someone flushed the script cache) is re-sent through
-    :func:`emq.scripts.run`, which loads the script; any other error reply is raised.
+    :func:`emq.lua.scripts.run`, which loads the script; any other error reply is raised.
     """
 
     def __init__(self, client: redis.Redis) -> None:

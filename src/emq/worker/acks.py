@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ..async_queue import AsyncQueue
-from ..records import Answer
+from ..model.records import Answer
+from ..queue._async.queue import AsyncQueue
 from .connect import Outage, retry
 from .execute import Outcome
 from .heartbeat import Lease

@@ -2,7 +2,7 @@
 
 The heartbeat learns of a cancel from its ``extend`` answer (``cancelled``; the lease is still
 extended) and hands the job here, on the loop, once (:meth:`Cancels.requested`). Rules (each
-one tested in ``tests/test_cancel_worker.py``):
+one tested in ``tests/control/test_cancel_worker.py``):
 
 - a job claimed but not started yet is not started: its outcome is a ``fail`` at once;
 - a running handler is told: ``ctx.cancelled`` is set with ``ctx.cancel_reason ==

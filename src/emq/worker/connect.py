@@ -26,13 +26,14 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from ..clients import async_client, is_cluster_client, packed_in_c, sync_client
-from ..config import check_url, redact_url
-from ..durability import NotDurable
 from ..errors import ScriptError, ServerRefused
-from ..scripts import refusal
-from ..sentinel import url_of as sentinel_url_of
-from ..shell import UNREACHABLE
+from ..lua.scripts import refusal
+from ..queue.shared import UNREACHABLE
+from ..server.clients import async_client, is_cluster_client, sync_client
+from ..server.durability import NotDurable
+from ..server.packing import packed_in_c
+from ..server.sentinel import url_of as sentinel_url_of
+from ..server.urls import check_url, redact_url
 from .log import event
 
 T = TypeVar("T")

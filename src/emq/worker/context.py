@@ -16,11 +16,11 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..edits import encode_progress
+from ..calls.control import encode_progress
 from ..errors import EmqError, LeaseLost
 
 if TYPE_CHECKING:
-    from ..flows import Child
+    from ..calls.flows import Child
 
 _MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent cancel()
 

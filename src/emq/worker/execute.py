@@ -40,12 +40,12 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..async_queue import AsyncQueue
-from ..config import Backoff
+from ..calls.results import encode_result
 from ..errors import InvalidPayload
-from ..lanes import DEFAULT_LANE, RateLimited
-from ..records import Claimed
-from ..results import encode_result
+from ..model.config import Backoff
+from ..model.lanes import DEFAULT_LANE, RateLimited
+from ..model.records import Claimed
+from ..queue._async.queue import AsyncQueue
 from .context import JobContext
 from .heartbeat import Lease
 from .options import HandlerSpec, Permanent

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..errors import UnsafeServer
-from ..queue import Queue
-from ..records import Answer
+from ..model.records import Answer
+from ..queue._sync.queue import Queue
 from .connect import SERVER_ERRORS, Outage
 
 CHUNK = 1_000
@@ -129,7 +129,7 @@ class Heartbeat:
             self._on_crash(exc)
 
     def _check(self) -> None:
-        """Pass each queue's server check (:mod:`emq.durability`) at start, as the worker's
+        """Pass each queue's server check (:mod:`emq.server.durability`) at start, as the worker's
         other connections did: checked first in the middle of a failover, this connection
         would have every extend refused while the promoted primary has too few replicas for
         ``durability="replica"`` (``ReplicasMissing``), and the leases would lapse. A server

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..records import Answer
+from ..model.records import Answer
 from .options import WorkerStats
 
 DEBUG = logging.DEBUG

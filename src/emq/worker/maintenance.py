@@ -22,8 +22,8 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ..async_queue import AsyncQueue
-from ..scripts import translated
+from ..lua.scripts import translated
+from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
 from .log import Report, event
 from .options import WorkerOptions

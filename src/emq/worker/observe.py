@@ -1,4 +1,4 @@
-"""What a run tells its metrics (:mod:`.metrics`) and traces (:mod:`emq.otel`) about each
+"""What a run tells its metrics (:mod:`.metrics`) and traces (:mod:`emq.observe.otel`) about each
 attempt. The runner makes an :class:`Observer` only when the worker exports metrics
 (``metrics_port``) or OpenTelemetry is active at the run's start; otherwise it calls nothing
 here and the hot path is unchanged.
@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Container
 
-from .. import otel
-from ..ids import minted_at_ms
-from ..records import Claimed
+from ..model.ids import minted_at_ms
+from ..model.records import Claimed
+from ..observe import otel
 from .execute import Held, Outcome
 from .metrics import WorkerMetrics
 from .options import WorkerOptions

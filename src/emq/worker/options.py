@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks import check_int
-from ..config import (
+from ..errors import EmqError, InvalidOption
+from ..model.checks import check_int
+from ..model.config import (
     DEFAULT_LEASE_MS,
     MAX_ATTEMPTS,
     MAX_KEEP_MS,
@@ -24,7 +25,6 @@ from ..config import (
     SWEEP_LIMIT,
     Backoff,
 )
-from ..errors import EmqError, InvalidOption
 
 Handler = Callable[..., Any]
 """``handler(payload, ctx)`` or ``handler(payload)``; sync or ``async def``."""

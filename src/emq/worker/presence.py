@@ -1,6 +1,8 @@
-"""A worker's entry in the worker registry (:mod:`emq.registry`), kept by its maintenance task.
+"""A worker's entry in the worker registry (:mod:`emq.observe.registry`), kept by its
+maintenance task.
 
-:meth:`Presence.beat` rewrites the entry at most every :data:`emq.registry.EVERY_S` (its TTL is
+:meth:`Presence.beat` rewrites the entry at most every :data:`emq.observe.registry.EVERY_S`
+(its TTL is
 a few of those), :meth:`Presence.leave` deletes it on a graceful stop. Neither ever raises a
 server error or stops the worker: a refused write (an ACL without the registry's keys, a full
 server) is logged once per episode of its own, so it never hides or prolongs an outage of the
@@ -18,7 +20,8 @@ from collections.abc import Callable, Sequence
 
 import redis.asyncio
 
-from .. import __version__, registry
+from .. import __version__
+from ..observe import registry
 from .connect import OUTAGE_ERRORS, SERVER_ERRORS, Outage
 
 LEAVE_TIMEOUT_S = 2.0

@@ -24,8 +24,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from ..async_queue import AsyncQueue
-from ..records import Answer
+from ..model.records import Answer
+from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
 from .heartbeat import Lease
 

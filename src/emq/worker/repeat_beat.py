@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Sequence
 
-from ..async_queue import AsyncQueue
+from ..queue._async.queue import AsyncQueue
 from .log import event
 
 SLACK_S = 0.001  # wake a ms after the tick: the server's clock must have reached it

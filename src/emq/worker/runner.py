@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..async_queue import AsyncQueue
-from ..clients import aclose_client, close_client
-from ..config import QueueOptions
 from ..errors import WorkerFailed
-from ..queue import Queue
-from ..records import Answer, Claimed
+from ..model.config import QueueOptions
+from ..model.records import Answer, Claimed
+from ..queue._async.queue import AsyncQueue
+from ..queue._sync.queue import Queue
+from ..server.clients import aclose_client, close_client
 from .acks import Ack, AckBuffer
 from .cancels import Cancels
 from .connect import ClientFactory, Outage, first, park, retry

@@ -16,15 +16,16 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..async_partition_count import expand_queues
-from ..async_queue import AsyncQueue
-from ..calls import check_job_name
-from ..clients import aclose_client
-from ..config import Backoff, QueueOptions, check_url
-from ..durability import check_queues
+from ..calls.call import check_job_name
 from ..errors import EmqError, InvalidOption
-from ..keys import QueueKeys
-from ..queue import Queue
+from ..model.config import Backoff, QueueOptions
+from ..model.keys import QueueKeys
+from ..queue._async.partition_count import expand_queues
+from ..queue._async.queue import AsyncQueue
+from ..queue._sync.queue import Queue
+from ..server.clients import aclose_client
+from ..server.durability import check_queues
+from ..server.urls import check_url
 from .connect import ClientFactory
 from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
 from .runner import Runner

@@ -16,7 +16,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from ..records import Answer
+from ..model.records import Answer
 from .connect import retry
 from .execute import Held
 

@@ -1,0 +1,133 @@
+"""The vocabulary every call builder shares: :class:`Call` (one script invocation and the
+decoder of its reply), the checks of names and free text, and the decoders of replies that
+several families read (answers, rows, counts). No I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ..errors import InvalidName, InvalidOption
+from ..model.checks import check_int, shown
+from ..model.ids import check_id, minted_at_ms
+from ..model.records import Answer, Job
+from ..model.states import Location
+
+T = TypeVar("T")
+Arg = str | int | float
+Hold = tuple[str, int, int, int, str]  # (id, token, delay_ms, hold_ms, lane or "*")
+
+JOB_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+MAX_BATCH = 1_000
+MAX_CHUNK = 10_000
+MAX_ERROR_CHARS = 4_096
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script invocation: which script, its KEYS and ARGV, and how to read its reply."""
+
+    script: str
+    keys: list[str]
+    args: list[Arg]
+    decode: Callable[[Any], T]
+
+
+_VALID_NAMES: set[str] = set()  # job names already checked (bounded: names repeat)
+
+
+def check_job_name(name: object) -> str:
+    if name.__class__ is str and name in _VALID_NAMES:
+        return name
+    if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
+        raise InvalidName(
+            f"job name {shown(name)} is invalid: use 1-128 characters from A-Z a-z 0-9 . _ : / -"
+        )
+    if len(_VALID_NAMES) < 4096:
+        _VALID_NAMES.add(name)
+    return name
+
+
+def check_text(what: str, value: object, most: int) -> str:
+    """A non-empty string of at most ``most`` characters that encodes as UTF-8 (no lone
+    surrogates), or :class:`InvalidOption` saying what to fix."""
+    if not isinstance(value, str) or not 0 < len(value) <= most:
+        raise InvalidOption(
+            f"{what} must be a non-empty string of at most {most}, got {shown(value)}"
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidOption(
+                f"{what} {shown(value)} is not valid Unicode (a lone surrogate?): {exc}"
+            ) from None
+    return value
+
+
+def clean_text(value: object, most: int) -> str:
+    """``str(value)`` cut to ``most`` characters, with any lone surrogate written as a
+    backslash escape: free text (an error message) is kept, never refused."""
+    text = str(value)[:most]
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def decode_payload(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _pairs(items: Iterable[tuple[str, int]]) -> list[Arg]:
+    args: list[Arg] = []
+    for job_id, token in items:
+        args += [check_id(job_id), check_int("token", token, 1, 2**62)]
+    if not args:
+        raise InvalidOption("at least one (job_id, token) pair is required")
+    if len(args) > 2 * MAX_BATCH:
+        raise InvalidOption(f"at most {MAX_BATCH} jobs per call")
+    return args
+
+
+_ANSWERS: dict[str, Answer] = {a.value: a for a in Answer}  # a dict lookup: no Enum call
+
+
+def decode_answers(reply: list[Any]) -> list[Answer]:
+    return [_ANSWERS[x] for x in reply]
+
+
+def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
+    """A :class:`Job` from an ``HGETALL`` reply, or None if the row is gone."""
+    if not row:
+        return None
+    return Job(
+        id=job_id,
+        state=row.get("state", ""),
+        name=row.get("name", ""),
+        payload=decode_payload(row.get("payload")),
+        attempts=int(row.get("attempts", 0)),
+        stalled=int(row.get("stalled", 0)),
+        token=int(row.get("token", 0)),
+        priority=int(row.get("priority", 0)),
+        max_attempts=int(row.get("max_attempts", 0)),
+        created_at=int(row.get("created_at") or minted_at_ms(job_id)),
+        last_error=row.get("last_error"),
+        fields=row,
+    )
+
+
+COUNT_FIELDS = ("completed", "failed", "dead", "recovered")
+
+
+def decode_counts(
+    sizes: Sequence[int], metrics: Sequence[str | None], outbox: int = 0
+) -> dict[str, int]:
+    """``counts()``: the size of each location, the lifetime counters, the outbox's size."""
+    out = {loc.value: int(n) for loc, n in zip(Location, sizes, strict=True)}
+    for name, value in zip(COUNT_FIELDS, metrics, strict=True):
+        out["dead_total" if name == "dead" else name] = int(value or 0)
+    out["outbox"] = int(outbox)
+    return out

@@ -1,0 +1,305 @@
+"""The Lua transitions: loaded once from package data, dispatched EVALSHA-first.
+
+Each ``lua/<name>.lua`` starts with a header (see ``docs/lua-contract.md``) that
+:func:`parse_header` reads; a test checks every header against its Python binding.
+
+What the server runs is ``#!lua`` + the file's header + ``lua/_prelude.lua`` (the shared
+functions) + the file's body: one text, hashed once, so the sha check and the header test see
+exactly what runs. The ``#!lua`` line makes the server refuse a script whole while it is out
+of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half-way.
+
+Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
+``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a failover) the source is loaded, the returned
+sha is checked against the local one, and the call is re-sent; any number of flushes in a row
+are survived for up to :data:`RELOAD_FOR_S` seconds. A script refusal ``EMQ<CLASS> detail`` is
+raised as its :mod:`emq.errors` class, a server refusal (OOM, BUSY, READONLY, NOPERM, ...) as
+:class:`~emq.errors.ServerRefused`, and a lost connection as
+:class:`~emq.errors.ServerUnreachable` (the redis-py error chained).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..errors import EmqError, ScriptError, ServerUnreachable, from_reply
+
+RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
+PRELUDE_FILE = "_prelude.lua"
+LOST = (RedisConnectionError, RedisTimeoutError)  # redis-py's: the server is away
+
+_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
+_ARG_LINE = re.compile(r"^-- ARGV\[(\d+)\]\s+(\S+)\s+(\S+)")
+_GROUP_LINE = re.compile(r"^-- ARGV\[(\d+)\.\.\]\s+\(([^)]*)\)\*")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a script's header declares."""
+
+    summary: str  # "claim: pending -> active ..."
+    keys: tuple[str, ...]  # KEYS[1..n] names, e.g. ("pending", "active")
+    key_types: tuple[str, ...]
+    args: tuple[str, ...]  # fixed ARGV names
+    group: tuple[str, ...]  # names of a repeated ARGV group, () if none
+    returns: str
+    errors: str
+    derives: str
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+    header: Header
+
+
+def parse_header(name: str, source: str) -> Header:
+    """Parse the leading comment block of a script; raise ValueError if it breaks the shape."""
+    lines: list[str] = []
+    for line in source.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line)
+    if not lines or not lines[0].startswith(f"-- {name}: ") or "->" not in lines[0]:
+        raise ValueError(f"{name}.lua: first line must be '-- {name}: <from> -> <to>'")
+    keys: list[tuple[int, str, str]] = []
+    args: list[tuple[int, str]] = []
+    group: tuple[str, ...] = ()
+    sections: dict[str, str] = {}
+    current = ""
+    for line in lines[1:]:
+        if m := _KEY_LINE.match(line):
+            keys.append((int(m[1]), m[2], m[3]))
+        elif m := _GROUP_LINE.match(line):
+            if int(m[1]) != len(args) + 1:
+                raise ValueError(f"{name}.lua: repeated ARGV group must follow ARGV[{len(args)}]")
+            group = tuple(part.strip() for part in m[2].split(","))
+        elif m := _ARG_LINE.match(line):
+            args.append((int(m[1]), m[2]))
+        else:
+            body = line[2:].strip()
+            head = body.split(":", 1)[0]
+            if head in ("Returns", "Errors", "Derives"):
+                current = head
+                sections[head] = body.split(":", 1)[1].strip()
+            elif current and body and line.startswith("--   "):
+                sections[current] += " " + body
+            else:
+                current = ""
+    for label, items in (("KEYS", [k[0] for k in keys]), ("ARGV", [a[0] for a in args])):
+        if items != list(range(1, len(items) + 1)):
+            raise ValueError(f"{name}.lua: {label} indices must run 1..n in order, got {items}")
+    for section in ("Returns", "Errors", "Derives"):
+        if section not in sections:
+            raise ValueError(f"{name}.lua: header lacks a '{section}:' line")
+    return Header(
+        summary=lines[0][3:],
+        keys=tuple(k[1] for k in keys),
+        key_types=tuple(k[2] for k in keys),
+        args=tuple(a[1] for a in args),
+        group=group,
+        returns=sections["Returns"],
+        errors=sections["Errors"],
+        derives=sections["Derives"],
+    )
+
+
+def compose(text: str, prelude: str) -> str:
+    """What the server runs for a script file's ``text``: ``#!lua``, the header, the
+    prelude, the body."""
+    lines = text.splitlines(keepends=True)
+    n = next((i for i, line in enumerate(lines) if not line.startswith("--")), len(lines))
+    return "#!lua\n" + "".join(lines[:n]) + prelude + "".join(lines[n:])
+
+
+def _load_all() -> dict[str, Script]:
+    lua = resources.files("emq").joinpath("lua")
+    prelude = lua.joinpath(PRELUDE_FILE).read_text(encoding="utf-8")
+    found: dict[str, Script] = {}
+    for entry in lua.iterdir():
+        if not entry.name.endswith(".lua") or entry.name.startswith("_"):
+            continue
+        name = entry.name[:-4]
+        text = entry.read_text(encoding="utf-8")
+        header = parse_header(name, text)
+        source = compose(text, prelude)
+        sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+        found[name] = Script(name, source, sha, header)
+    return found
+
+
+SCRIPTS: dict[str, Script] = _load_all()
+
+
+# redis-py strips the error class from these replies and raises its own class instead
+_STRIPPED: tuple[tuple[type[ResponseError], str], ...] = (
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.NoPermissionError, "NOPERM"),
+    (redis.exceptions.ExecAbortError, "EXECABORT"),
+)
+
+
+_SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
+_CALLED = re.compile(r"redis\.call\('([A-Za-z]+)'")
+_NAMED = re.compile(r"'[a-z|]+' command")
+
+
+def _name_the_command(text: str, script: Script | None) -> str:
+    """Servers that do not name the command a script was refused (Redis 7.0 names only the
+    line) get it added from the script's source."""
+    line = _SCRIPT_LINE.search(text)
+    if script is None or line is None or _NAMED.search(text):
+        return text
+    lines = script.source.splitlines()
+    n = int(line[1])
+    called = _CALLED.search(lines[n - 1]) if 0 < n <= len(lines) else None
+    return f"{text} (line {n} of {script.name}.lua runs '{called[1].lower()}')" if called else text
+
+
+def refusal(exc: ResponseError, script: Script | None = None) -> EmqError:
+    """The emq error for an error reply: a script's refusal (``EMQ<CLASS>``), a server's
+    refusal (:class:`~emq.errors.ServerRefused`, :class:`~emq.errors.ServerOutOfMemory`), or
+    else :class:`~emq.errors.ScriptError` (a bug)."""
+    text = _name_the_command(str(exc), script)
+    for cls, head in _STRIPPED:
+        if isinstance(exc, cls) and not text.startswith(head):
+            text = f"{head} {text}"
+            break
+    mapped = from_reply(text)
+    return mapped if mapped is not None else ScriptError(text)
+
+
+def _check_loaded(script: Script, sha: Any) -> None:
+    if isinstance(sha, bytes):
+        sha = sha.decode()
+    if sha != script.sha:
+        raise ScriptError(
+            f"server returned sha {sha!r} for {script.name}.lua, expected {script.sha}"
+        )
+
+
+def _reload_or_give_up(script: Script, started: float, exc: NoScriptError) -> None:
+    if time.monotonic() - started > RELOAD_FOR_S:
+        raise ScriptError(
+            f"{script.name}.lua was flushed from the server's script cache again and again "
+            f"for {RELOAD_FOR_S:.0f} s; something keeps running SCRIPT FLUSH: {exc}"
+        ) from exc
+
+
+def unreachable(exc: Exception) -> ServerUnreachable:
+    err = ServerUnreachable(f"the server could not be reached: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | float]) -> Any:
+    """Run script ``name`` EVALSHA-first on a sync client."""
+    script, started = SCRIPTS[name], time.monotonic()
+    try:
+        while True:
+            try:
+                return client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError as exc:
+                _reload_or_give_up(script, started, exc)
+                _check_loaded(script, client.script_load(script.source))
+    except ResponseError as exc:
+        raise refusal(exc, script) from None
+    except LOST as exc:
+        raise unreachable(exc) from exc
+
+
+async def run_async(
+    client: redis.asyncio.Redis, name: str, keys: list[str], args: list[str | int | float]
+) -> Any:
+    """Run script ``name`` EVALSHA-first on an asyncio client."""
+    script, started = SCRIPTS[name], time.monotonic()
+    try:
+        while True:
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError as exc:
+                _reload_or_give_up(script, started, exc)
+                _check_loaded(script, await client.script_load(script.source))
+    except ResponseError as exc:
+        raise refusal(exc, script) from None
+    except LOST as exc:
+        raise unreachable(exc) from exc
+
+
+def _sorted_replies(replies: list[Any], script: Script) -> tuple[list[int], EmqError | None]:
+    """The positions of a pipeline's replies that were ``NOSCRIPT`` (to be re-run alone, which
+    loads the script) and the first other refusal (raised once every reply has been read)."""
+    reload = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    refused = next((r for r in replies if isinstance(r, ResponseError) and not
+                    isinstance(r, NoScriptError)), None)  # fmt: skip
+    return reload, None if refused is None else refusal(refused, script)
+
+
+Calls = list[tuple[list[str], list[str | int | float]]]
+
+
+def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
+    """Run several calls of script ``name`` in one pipeline (one round trip, no MULTI; each
+    call is still its own indivisible step). A call answered ``NOSCRIPT`` is re-run alone,
+    which loads the script; any other refusal is raised once every reply has been read."""
+    script = SCRIPTS[name]
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                # execute_command: a cluster pipeline refuses .evalsha, but routes this by key
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            replies = pipe.execute(raise_on_error=False)
+    except LOST as exc:
+        raise unreachable(exc) from exc
+    reload, refused = _sorted_replies(replies, script)
+    for i in reload:
+        replies[i] = run(client, name, *calls[i])
+    if refused is not None:
+        raise refused
+    return list(replies)
+
+
+async def run_pipelined_async(client: redis.asyncio.Redis, name: str, calls: Calls) -> list[Any]:
+    """The asyncio twin of :func:`run_pipelined`."""
+    script = SCRIPTS[name]
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+    except LOST as exc:
+        raise unreachable(exc) from exc
+    reload, refused = _sorted_replies(replies, script)
+    for i in reload:
+        replies[i] = await run_async(client, name, *calls[i])
+    if refused is not None:
+        raise refused
+    return list(replies)
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Raise redis-py's errors from plain commands (reads) as emq's own, cause chained:
+    :class:`~emq.errors.ServerUnreachable` for a lost connection, the mapped refusal for an
+    error reply."""
+    try:
+        yield
+    except ResponseError as exc:
+        raise refusal(exc) from exc
+    except LOST as exc:
+        raise unreachable(exc) from exc

@@ -1,0 +1,2 @@
+"""One shell per file: the queue, its reads and control, dead letters, partitions, the
+event stream and job history (see :mod:`emq.queue`)."""

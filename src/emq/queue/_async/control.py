@@ -1,0 +1,332 @@
+"""``AsyncControl``: what ``AsyncQueue`` does to single jobs and schedules after they were
+enqueued: repeating schedules, cancellation, results, and edits of waiting jobs.
+
+Every change here is one script call (one indivisible step on the server), built by the
+I/O-free builders of :mod:`emq.calls.repeats`, :mod:`emq.calls.control` and
+:mod:`emq.calls.results`; docs/control.md states the guarantees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
+
+import redis.asyncio
+
+from ...calls import control as edits
+from ...calls import flows, results
+from ...calls import flows as outbox
+from ...calls import repeats as rep
+from ...calls.call import Call
+from ...calls.control import Cancel, cancel_call
+from ...calls.jobs import QueueCore
+from ...errors import EmqError, InvalidOption, JobNotFound, ResultTimeout
+from ...lua import scripts
+from ...model.checks import shown
+from ...model.ids import check_id
+from ...model.records import Answer, JobSpec
+from ...observe import otel
+from ..shared import BULK_FLOOR, ShellBase, expect
+
+T = TypeVar("T")
+
+
+class AsyncControl:
+    """Job control of one queue; mixed into ``AsyncQueue``, which provides the client and core."""
+
+    client: redis.asyncio.Redis
+    core: QueueCore
+
+    async def _run(self, call: Call[Any]) -> Any:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    async def _bulk_limit(self) -> int | None:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    async def new_ids(self, n: int) -> list[str]:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    async def _announce(self, names: Iterable[str]) -> None:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    # -- flows (emq.calls.flows) -----------------------------------------------------------------
+
+    async def enqueue_flow(
+        self, parent: JobSpec | flows.Flow, children: Sequence[JobSpec | flows.Flow] = ()
+    ) -> flows.FlowIds:
+        """Admit ``parent`` and its ``children`` (a child given as ``Flow(job, children)``
+        has children of its own: a tree; ``enqueue_flow(chain(...))`` and
+        ``enqueue_flow(group(...))`` take a whole ``Flow``). A job with children waits
+        (``Location.WAITING``) and becomes pending in the step that finishes its last
+        child; a child's ``on_failure`` says what its death does (docs/flows.md). A child
+        with ``queue=`` is in that queue (else in its parent's): the tree is admitted in
+        one indivisible step per queue, all or nothing each, parents' steps first; a step
+        whose reply was lost is resent and admits nothing twice. Returns the ids in the
+        shape of the tree. Bad input is refused before anything is written; an id that
+        exists raises DuplicateConflict and its step writes nothing."""
+        if isinstance(parent, flows.Flow) and not children:
+            children = parent.children
+            parent = parent.job
+        if not isinstance(parent, JobSpec):
+            raise InvalidOption(f"a flow's parent must be a JobSpec, got {shown(parent)}")
+        nodes = flows.flow_plan(self.core, parent, children)
+        given = flows.given_ids(nodes)
+        if given and len({n.queue for n in nodes}) > 1:  # one step checks this by itself
+            with scripts.translated():
+                async with self.client.pipeline(transaction=False) as p:
+                    for key, _ in given:
+                        p.hget(key, "parent")
+                        p.exists(key)
+                    got = await p.execute()
+            pairs = zip(got[::2], got[1::2], strict=True)
+            found = [(up or "") if there else None for up, there in pairs]
+            flows.judge_given(given, found, len(nodes))
+        blank = [n for n in nodes if not n.group[0]]
+        for node, minted in zip(blank, await self.new_ids(len(blank)), strict=True):
+            node.group[0] = minted
+        with otel.enqueue_span(self.core.keys.queue, [n.group for n in nodes]) as trace:
+            for call in flows.flow_steps(self.core, nodes, trace):
+                await self._resend(functools.partial(self._run, call))
+        await self._announce(n.queue for n in nodes)
+        return flows.flow_ids(nodes)
+
+    async def deliver_outbox(self, limit: int = outbox.BATCH) -> outbox.Delivered:
+        """Deliver up to ``limit`` of this queue's outbox entries (docs/flows.md, Across
+        queues): each child's end to its parent in another queue, counted there only if it
+        is new (a replay counts nothing), and each cancel a parent sent to a child in
+        another queue; then delete them. A worker's maintenance beat calls this every beat;
+        calling it by hand is always safe."""
+        key = self.core.keys.outbox
+        with scripts.translated():
+            _, found = await self.client.hscan(key, 0, count=limit)
+        entries = cast(dict[str, str], found)
+        if not entries:
+            return outbox.Delivered()
+        todo = outbox.plan(entries)
+        counted = 0
+        for queue, groups in todo.done.items():
+            counted += await self._run(outbox.deliver_call(self.core, queue, groups))
+        for queue, job_id, reason in todo.cancels:
+            with contextlib.suppress(JobNotFound):
+                await self._run(outbox.cancel_in(self.core, queue, job_id, reason))
+        with scripts.translated():
+            await self.client.hdel(key, *todo.fields, *todo.broken)
+        return outbox.Delivered(len(todo.fields), counted, len(todo.cancels), tuple(todo.broken))
+
+    # -- repeating jobs and cron (emq.calls.repeats) ---------------------------------------------
+
+    async def repeat(
+        self,
+        key: str,
+        name: str,
+        payload: Any = None,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        lane: str | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        start_at_ms: int | None = None,
+        catch_up: str = "latest",
+    ) -> rep.Repeat:
+        """Register (or update) the repeating schedule ``key``: a job ``name(payload)`` at
+        every tick, ``every_ms`` (ticks at ``start_at_ms + k * every_ms``, anchored at 0 when
+        no start is given) or ``cron`` (five fields, in time zone ``tz``). Idempotent: the same
+        spec again changes nothing, not even its next tick. ``catch_up``: after a downtime,
+        ``"latest"`` fires only the latest missed tick, ``"all"`` every one (1,000 a call).
+        Bad input is refused before anything is written. Returns the schedule as stored;
+        docs/control.md says exactly when a tick fires."""
+        spec = rep.repeat_spec(
+            self.core, key, name, payload, every_ms=every_ms, cron=cron, tz=tz, lane=lane,
+            priority=priority, max_attempts=max_attempts, start_at_ms=start_at_ms,
+            catch_up=catch_up,
+        )  # fmt: skip
+        last_tick = 0
+        for _ in range(5):  # a retry only when a tick fired between the read and the write
+            with scripts.translated():
+                seconds, micros = await self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            outcome, at_ms = await self._run(
+                rep.set_repeat(self.core, spec, spec.first_tick(now_ms, last_tick))
+            )
+            if outcome >= 0:
+                break
+            last_tick = at_ms
+        else:
+            raise EmqError(f"schedule {key} kept firing while it was being updated; try again")
+        (found,) = await self._repeat_rows([key])
+        if found is None:
+            raise EmqError(f"schedule {key} was removed while it was being registered")
+        return found
+
+    async def unrepeat(self, key: str) -> bool:
+        """Remove the schedule ``key``: no tick of it fires after this returns (jobs it
+        made stay). False if there was none."""
+        return bool(await self._run(rep.unrepeat(self.core, key)))
+
+    async def repeats(self) -> list[rep.Repeat]:
+        """Every schedule of this queue, soonest next tick first."""
+        with scripts.translated():
+            keys = await self.client.zrange(self.core.keys.repeats, 0, -1)
+        return [r for r in await self._repeat_rows(cast(list[str], keys)) if r is not None]
+
+    async def _repeat_rows(self, keys: list[str]) -> list[rep.Repeat | None]:
+        if not keys:
+            return []
+        with scripts.translated():
+            async with self.client.pipeline(transaction=True) as p:
+                for key in keys:
+                    p.hgetall(self.core.keys.repeat(key))
+                rows = await p.execute()
+        return [rep.decode_repeat(key, row) for key, row in zip(keys, rows, strict=True)]
+
+    async def fire_repeats(self, limit: int = rep.DUE_LIMIT) -> rep.Fired:
+        """One round of firing: every due tick of up to ``limit`` due schedules becomes a
+        job, in two round trips (one, a cheap read, when nothing is due). Any number of
+        callers at once make one job per tick; a tick never fires before the server clock
+        reaches it. A due schedule whose stored spec yields no tick (edited by hand) is
+        skipped and named in ``Fired.broken``. The worker's maintenance beat calls this;
+        ``Fired.next_ms`` (with
+        ``now_ms``) says when to call again."""
+        read = await self._run(rep.due_repeats(self.core, limit))
+        groups, broken = rep.plan(read)
+        if not groups:
+            return rep.Fired([], read.now_ms, read.next_ms, {}, broken)
+        jobs: list[str] = []
+        answers: dict[str, int] = {}
+        fired = rep.Fired(jobs, read.now_ms, read.next_ms, answers)
+        for i in range(0, len(groups), rep.FIRE_CHUNK):
+            fired = await self._run(rep.fire_repeats(self.core, groups[i : i + rep.FIRE_CHUNK]))
+            jobs += fired.jobs
+            for answer, n in fired.answers.items():
+                answers[answer] = answers.get(answer, 0) + n
+        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers, broken)
+
+    async def children(self, job_id: str) -> list[flows.Child]:
+        """The children of the flow parent ``job_id``: each one's id, status ('' while
+        unfinished; completed, dead, removed, cancelled) and result (None when none was
+        kept), read in one round trip. Empty once the parent completed (its record goes
+        with it) or when it has none. ``ctx.children()`` in the parent's handler reads the
+        same."""
+        key = self.core.keys.flow(check_id(job_id))
+        with scripts.translated():
+            async with self.client.pipeline(transaction=False) as p:
+                p.hgetall(key)
+                p.hgetall(key + ":results")
+                statuses, found = await p.execute()
+        return flows.decode_children(statuses, found)
+
+    # -- cancellation (emq.calls.control) ---------------------------------------------------------
+
+    async def cancel(self, job_id: str, reason: str = "") -> Cancel:
+        """Cancel a job, in one step (docs/control.md, Cancellation). Waiting or scheduled:
+        it never runs, it is dead now with ``Job.cancelled == reason`` (``Cancel.CANCELLED``).
+        Leased: its worker learns on its next heartbeat, stops the handler and the job ends
+        dead, cancelled (``Cancel.REQUESTED``; a handler that completes before its worker
+        learned of it stays completed). Already dead or kept completed: unchanged
+        (``Cancel.DEAD``, ``Cancel.COMPLETED``; ``Cancel.CANCELLED`` if it was cancelled).
+        Raises JobNotFound when the job has no row; ``reason`` is at most 1,000 characters.
+        A cancelled job is never retried or recovered; ``redrive`` runs it again."""
+        answer: Cancel = await self._run(cancel_call(self.core, job_id, reason))
+        return answer
+
+    # -- results and completed-job retention (emq.calls.results) ---------------------------------
+
+    async def result(self, job_id: str, timeout_s: float | None = None) -> Any:
+        """The kept return value of ``job_id``, waiting for the job to end if it has not
+        (``timeout_s``: at most that long; None: as long as it takes), without polling.
+
+        Raises :class:`~emq.errors.JobDead` (its ``error`` is the job's ``last_error``) if
+        it ended dead, :class:`~emq.errors.JobCancelled` if it was cancelled,
+        :class:`~emq.errors.ResultTimeout` if it is still live at the timeout, and
+        :class:`~emq.errors.JobNotFound` for an unknown or removed id or a completed job
+        whose result was not kept (or has expired)."""
+        wait_s = results.check_timeout(timeout_s)
+        reply = await self._run(results.await_result(self.core, job_id, register=True))
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        done = self.core.keys.done(job_id)
+        while reply[0] == results.WAITING:
+            left = results.SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise ResultTimeout(f"job {job_id} is still {reply[1]} after {timeout_s} s")
+            block_s = max(0.01, min(results.SLICE_S, left))
+            with scripts.translated():
+                told = await self.client.blpop([done], timeout=block_s)
+            if told is not None:
+                reply = ["told", told[1]]
+                break
+            reply = await self._run(results.await_result(self.core, job_id, register=False))
+        return results.outcome(job_id, reply)
+
+    async def complete_with_result(
+        self, job_id: str, token: int, result: Any = None, *, result_ttl_ms: int | None = None
+    ) -> None:
+        """Complete a held job keeping ``result`` (JSON) for ``result_ttl_ms`` (default: the
+        queue's ``result_ttl_ms``; 0 keeps none); raises LeaseLost or JobNotFound, and
+        InvalidPayload (nothing sent) for a result that is not JSON."""
+        ttl = self.core.options.result_ttl_ms if result_ttl_ms is None else result_ttl_ms
+        text = results.encode_result(result, self.core.options.max_payload_bytes)
+        (answer,) = await self.complete_results([(job_id, token, text, ttl)])
+        expect(answer, job_id, "complete")
+
+    async def complete_results(
+        self, items: Iterable[tuple[str, int, str | None, int]]
+    ) -> list[Answer]:
+        """Complete many held jobs in one step, each ``(id, token, result JSON text or None,
+        result_ttl_ms)``, keeping the results (and, with ``keep_completed``, the rows): per
+        job ``COMPLETED``, ``LOST`` or ``GONE``. The text is stored as given: encode it with
+        :func:`emq.calls.results.encode_result`."""
+        return list(await self._run(self.core.complete_keeping(items)))
+
+    # -- edits of a waiting job, progress (emq.calls.control) -------------------------------
+
+    async def promote(self, job_id: str) -> bool:
+        """Run a scheduled job now: it joins its lane's waiting set at its priority and wakes
+        a worker. True if it moved, False if it was pending already. Raises NotWaiting
+        (active, dead, completed) or JobNotFound; nothing is written then. All due jobs at
+        once: :meth:`promote_due`."""
+        return bool(await self._run(edits.promote(self.core, job_id)))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> str:
+        """Make a pending or scheduled job wait until server now + ``delay_ms`` (0: pending
+        now; a pending job keeps its place); returns ``"pending"`` or ``"scheduled"``.
+        Raises NotWaiting or JobNotFound; nothing is written then."""
+        return str(await self._run(edits.reschedule(self.core, job_id, delay_ms)))
+
+    async def set_priority(self, job_id: str, priority: int) -> str:
+        """Change a pending or scheduled job's priority (lower runs first; a pending job is
+        re-queued at once behind the jobs already waiting at that priority, or ahead of them
+        if it is a lifo job); returns where it is. Raises NotWaiting or JobNotFound."""
+        return str(await self._run(edits.set_priority(self.core, job_id, priority)))
+
+    async def update_payload(self, job_id: str, payload: Any) -> str:
+        """Replace a pending or scheduled job's payload (checked as an enqueue's); the next
+        claim hands out the new one. Returns where the job is. Raises NotWaiting (an active
+        job's worker holds the old payload) or JobNotFound; nothing is written then."""
+        call = edits.update_payload(self.core, job_id, payload)
+        size = len(str(call.args[3]).encode("utf-8"))
+        if size > BULK_FLOOR:
+            ShellBase._refuse_oversized(size, await self._bulk_limit())
+        return str(await self._run(call))
+
+    async def set_progress(self, job_id: str, token: int, value: Any) -> int:
+        """Store a held job's progress (JSON) now, fenced by its lease token; returns when
+        (server ms). Raises LeaseLost or JobNotFound. A handler calls ``ctx.progress``
+        instead: the worker throttles and batches these."""
+        text = edits.encode_progress(value)
+        (stored,) = await self.set_progress_many([(job_id, token, text)])
+        expect(stored, job_id, "progress")
+        return int(cast(int, stored))
+
+    async def set_progress_many(self, items: Iterable[tuple[str, int, str]]) -> list[int | Answer]:
+        """Store the progress of many held jobs in one step, each ``(id, token, JSON text``
+        from :func:`emq.calls.control.encode_progress`): per job when (server ms), or ``LOST`` /
+        ``GONE`` (nothing written for it)."""
+        return list(await self._run(edits.progress(self.core, items)))

@@ -1,0 +1,95 @@
+"""The partition count a server holds for each partitioned queue: read, checked and stored
+(docs/partitions.md), on an asyncio client.
+
+The count is the field ``partitions`` of the plain queue's ``meta`` HASH
+(:data:`emq.calls.partitions.FIELD`): one key, in the queue's own slot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import redis.asyncio
+
+from ...calls.partitions import FIELD, check_stored, not_partitioned, partition_names
+from ...lua import scripts
+from ...model.config import QueueOptions
+from ...model.keys import QueueKeys
+
+
+async def stored_counts(client: redis.asyncio.Redis, names: Iterable[str]) -> dict[str, int]:
+    """Name -> partition count, for each of ``names`` that the server holds as partitioned
+    (one pipelined ``HGET`` of each name's ``meta``, one slot each)."""
+    todo = sorted(set(names))
+    if not todo:
+        return {}
+    with scripts.translated():
+        async with client.pipeline(transaction=False) as p:
+            for name in todo:
+                p.hget(QueueKeys.of(name).meta, FIELD)
+            got = await p.execute()
+    out: dict[str, int] = {}
+    for name, stored in zip(todo, got, strict=True):
+        n = check_stored(name, None, stored)
+        if n is not None:
+            out[name] = n
+    return out
+
+
+async def resolve_count(client: redis.asyncio.Redis, name: str, asked: int | None) -> int:
+    """The partition count of queue ``name``: the one the server holds, checked against
+    ``asked``; if none is held, ``asked`` is stored (``HSETNX``: the first writer wins, and a
+    later one with another count is refused). Raises InvalidOption when nothing is held and
+    nothing asked."""
+    meta = QueueKeys.of(name).meta
+    with scripts.translated():
+        stored = await client.hget(meta, FIELD)
+    n = check_stored(name, asked, stored)
+    if n is None:
+        raise not_partitioned(name)
+    if stored is None:
+        partition_names(name, n)  # a name too long for its partitions: refused, not written
+        with scripts.translated():
+            if not await client.hsetnx(meta, FIELD, n):  # another writer came first
+                n = check_stored(name, asked, await client.hget(meta, FIELD)) or n
+    return n
+
+
+async def expand_queues(
+    client: redis.asyncio.Redis, queues: dict[str, QueueOptions]
+) -> dict[str, QueueOptions]:
+    """A worker's queues with every partitioned one replaced by its partitions (in order,
+    each once), and followed by the plain queue of its name when that holds live jobs now
+    (left from before the split, or put there by name): then the run serves them too. A queue
+    given ``QueueOptions(partitions=N)`` has N checked against (or stored as) the server's
+    count; any other name is partitioned when the server says so."""
+    held = await stored_counts(client, queues)
+    out: dict[str, QueueOptions] = {}
+    for name, options in queues.items():
+        asked = options.partitions if options.partitions > 1 else None
+        n = held.get(name)
+        if asked is not None:
+            n = await resolve_count(client, name, asked)
+        if n is None:
+            out.setdefault(name, options)
+            continue
+        plain = dataclasses.replace(options, partitions=1)
+        for part in partition_names(name, n):
+            out.setdefault(part, plain)
+        if await live_jobs(client, name):
+            out.setdefault(name, plain)
+    return out
+
+
+async def live_jobs(client: redis.asyncio.Redis, name: str) -> bool:
+    """Whether queue ``name`` holds jobs pending, leased, scheduled or waiting (or is in lane
+    mode, whose waiting jobs are in its lanes' sets): commands a worker's role has."""
+    keys = QueueKeys.of(name)
+    with scripts.translated():
+        async with client.pipeline(transaction=False) as p:
+            for key in (keys.pending, keys.active, keys.schedule, keys.location("waiting")):
+                p.zcard(key)
+            p.hget(keys.meta, "lanes")
+            *sizes, lanes = await p.execute()
+    return any(sizes) or lanes == "1"

@@ -1,0 +1,132 @@
+# Generated from emq/queue/_async/reads.py by scripts/unasync.py: edit that file instead.
+"""``Reads``: what ``Queue`` reads without changing anything.
+
+Counts, rows, listings, lanes, the event stream and a job's history. Each read sees one
+instant of the server: plain commands sent in one MULTI, or one read-only script.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import redis
+
+from ...calls.call import COUNT_FIELDS, Call, decode_counts, decode_job
+from ...calls.jobs import QueueCore
+from ...errors import InvalidOption
+from ...lua import scripts
+from ...model.events import Event
+from ...model.ids import check_id
+from ...model.lanes import DEFAULT_LANE, Lane, Limits, lane_arg
+from ...model.records import Job
+from ...model.states import Location
+from .stream import iter_events
+
+if TYPE_CHECKING:
+    from ...archive.floor import Floor
+
+
+class Reads:
+    """Reads of one queue; mixed into ``Queue``, which provides the client and core."""
+
+    client: redis.Redis
+    core: QueueCore
+
+    def _run(self, call: Call[Any]) -> Any:  # provided by Queue
+        raise NotImplementedError
+
+    def is_paused(self) -> bool:
+        with scripts.translated():
+            return bool(self.client.hget(self.core.keys.meta, "paused") == "1")
+
+    def counts(self) -> dict[str, int]:
+        """The size of each location and the lifetime counters, read at one instant; in lane
+        mode ``pending`` counts the waiting jobs of every lane (read by ``lanes()`` right
+        after); ``outbox``: a flow's messages to other queues not yet delivered."""
+        k = self.core.keys
+        with scripts.translated():
+            with self.client.pipeline(transaction=True) as p:
+                for loc in Location:
+                    p.zcard(k.location(loc.value))
+                p.hmget(k.metrics, list(COUNT_FIELDS))
+                p.hget(k.meta, "lanes")
+                p.hlen(k.outbox)
+                *sizes, metrics, lane_mode, outbox = p.execute()
+        if lane_mode == "1":
+            _, lanes = self._run(self.core.lanes(leased=False))
+            sizes[0] = sum(lane.pending for lane in lanes)
+        return decode_counts(sizes, metrics, outbox)
+
+    def lanes(self) -> list[Lane]:
+        """Every lane with waiting or leased jobs or settings of its own (the default lane
+        first, then by name): counts, weight, limits, paused, and when it may next be served."""
+        return list((self._run(self.core.lanes()))[1])
+
+    def limits(self) -> Limits:
+        """The queue's own limits and per-lane defaults, paused flag and holds."""
+        return cast(Limits, (self._run(self.core.lanes(leased=False)))[0])
+
+    def job(self, job_id: str) -> Job | None:
+        """A snapshot of the job's row, or None if it has none (completed, removed)."""
+        key = self.core.keys.job(check_id(job_id))
+        with scripts.translated():
+            row = cast(dict[str, str], self.client.hgetall(key))
+        return decode_job(job_id, row)
+
+    def jobs(
+        self, location: str, offset: int = 0, limit: int = 100, *, lane: str | None = None
+    ) -> list[Job]:
+        """Jobs of a location in its order. ``pending`` is ordered by priority, then id, over
+        every lane (or one ``lane``); the other locations hold every lane's jobs in one set
+        (``lane`` filters them). ``completed`` lists the kept completed jobs
+        (``keep_completed``), newest first."""
+        newest = location == "completed"
+        key = self.core.keys.completed if newest else self.core.location_key(location)
+        if offset < 0 or not 0 < limit <= 10_000:
+            raise InvalidOption("offset must be >= 0 and limit within 1..10000")
+        want = None if lane is None else lane_arg(lane)
+        with scripts.translated():
+            if key == self.core.keys.pending:
+                ids = self._pending_ids(offset, limit, want)
+            else:
+                last = -1 if want else offset + limit - 1
+                ids = cast(list[str], self.client.zrange(key, 0, last, desc=newest))
+                ids = ids if want else ids[offset:]
+            with self.client.pipeline(transaction=True) as p:
+                for job_id in ids:
+                    p.hgetall(self.core.keys.job(job_id))
+                rows = p.execute()
+        found = [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
+        if want is not None and key != self.core.keys.pending:
+            found = [j for j in found if (j.lane or DEFAULT_LANE) == want][offset:]
+        return found[:limit]
+
+    def _pending_ids(self, offset: int, limit: int, lane: str | None) -> list[str]:
+        k = self.core.keys
+        if lane is not None:
+            names = [lane]
+        elif self.client.hget(k.meta, "lanes") == "1":
+            names = [x.name for x in (self._run(self.core.lanes(leased=False)))[1]]
+        else:
+            names = [DEFAULT_LANE]
+        with self.client.pipeline(transaction=True) as p:
+            for name in names:
+                p.zrange(k.lane_pending(name), 0, offset + limit - 1, withscores=True)
+            sets = p.execute()
+        merged = heapq.merge(*[[(s, i) for i, s in pairs] for pairs in sets])
+        return [i for _, i in merged][offset : offset + limit]
+
+    def events(self, after: str = "0-0", *, follow: bool = False) -> Iterator[Event]:
+        """The live event stream above ``after`` (see :func:`emq.model.events.iter_events`)."""
+        return iter_events(self.client, self.core.keys, after=after, follow=follow)
+
+    def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
+        """Every event of ``job_id`` in order, floor and live tail merged with no gap and no
+        duplicate (see :func:`emq.queue._sync.history`); ``floor`` defaults to
+        ``.emq/floor/<queue>.sqlite3``."""
+        from .history import history
+
+        return history(self, job_id, floor)

@@ -1,0 +1,103 @@
+"""Every queue known on the server, without scanning its keys: :func:`queue_names`.
+
+The names live in one SET, ``{emq}:queues`` (:data:`emq.model.keys.KNOWN_QUEUES`). A producer adds
+its queue's name once per :class:`~emq.Queue` object (after its first enqueue lands; never per
+job, never inside a script), and every worker adds its queues on each registry beat
+(:mod:`emq.observe.registry`). Reading the names is one ``SMEMBERS``: O(queues), not O(keys).
+
+Queues made by an emq older than the set are found once by a ``SCAN`` of ``emq:{*}:*``: the
+first listing that does not see the member :data:`SCANNED` in the set scans, adds what it
+found and :data:`SCANNED`, and every later listing reads the set alone. A user whose ACL
+refuses the ``SCAN`` (an operator scoped to some queues) gets the set's names; one refused the
+write scans again on each listing.
+
+Guarantee: every queue that a producer of this emq enqueued into, or a worker of this emq
+served, is listed (once its write landed); the set only grows (``obliterate`` leaves the name:
+a queue with no keys lists with zero counts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import redis
+import redis.asyncio
+
+from ..model.keys import KNOWN_QUEUES, QUEUE_NAME
+
+SCANNED = "*"
+"""The member that says the one-time scan for older queues is done (never a queue name)."""
+_QUEUE_OF_KEY = re.compile(r"^emq:\{([A-Za-z0-9._-]{1,128})\}:")
+_PATTERN = "emq:{*}:*"
+_SCAN_COUNT = 1000
+_ADD_CHUNK = 1000
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def _names(members: Iterable[str | bytes]) -> set[str]:
+    return {m for m in map(_text, members) if QUEUE_NAME.fullmatch(m)}
+
+
+def _scanned(members: Iterable[str | bytes]) -> bool:
+    return any(_text(m) == SCANNED for m in members)
+
+
+def _queue_of(key: str | bytes) -> str | None:
+    m = _QUEUE_OF_KEY.match(_text(key))
+    return m[1] if m else None
+
+
+def queue_names(client: redis.Redis) -> list[str]:
+    """Every queue known on the server, sorted (see the module's guarantee)."""
+    members = client.smembers(KNOWN_QUEUES)
+    names = _names(members)
+    if not _scanned(members):
+        names |= _backfill(client)
+    return sorted(names)
+
+
+def _backfill(client: redis.Redis) -> set[str]:
+    found: set[str] = set()
+    try:
+        for key in client.scan_iter(match=_PATTERN, count=_SCAN_COUNT):
+            if name := _queue_of(key):
+                found.add(name)
+    except redis.ResponseError:  # SCAN refused (NOPERM): the set's names are what we know
+        return found
+    adds = [*sorted(found), SCANNED]  # SCANNED last: it lands only after every name did
+    try:
+        for i in range(0, len(adds), _ADD_CHUNK):
+            client.sadd(KNOWN_QUEUES, *adds[i : i + _ADD_CHUNK])
+    except redis.ResponseError:  # the write refused: scan again next time
+        pass
+    return found
+
+
+async def aqueue_names(client: redis.asyncio.Redis) -> list[str]:
+    """Every queue known on the server, sorted; the asyncio twin of :func:`queue_names`."""
+    members = await client.smembers(KNOWN_QUEUES)
+    names = _names(members)
+    if not _scanned(members):
+        names |= await _abackfill(client)
+    return sorted(names)
+
+
+async def _abackfill(client: redis.asyncio.Redis) -> set[str]:
+    found: set[str] = set()
+    try:
+        async for key in client.scan_iter(match=_PATTERN, count=_SCAN_COUNT):
+            if name := _queue_of(key):
+                found.add(name)
+    except redis.ResponseError:
+        return found
+    adds = [*sorted(found), SCANNED]
+    try:
+        for i in range(0, len(adds), _ADD_CHUNK):
+            await client.sadd(KNOWN_QUEUES, *adds[i : i + _ADD_CHUNK])
+    except redis.ResponseError:
+        pass
+    return found

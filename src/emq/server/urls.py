@@ -1,0 +1,195 @@
+"""Server URLs, checked before anything connects: the schemes emq accepts (plain, TLS, unix
+sockets, the ``valkey://`` aliases and Sentinel's ``redis+sentinel://``), what is wrong with a
+URL that cannot work, and the URL as it may be shown (its passwords masked). No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, unquote, urlparse, urlsplit
+
+from ..errors import InvalidUrl
+
+URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
+_PASSWORD_QUERY = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*", re.IGNORECASE)
+_LOOSE_USERINFO = re.compile(r"(://[^:/?#@]*:).*@")  # through the last "@": over-masks, never leaks
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``: the one in the user-info part
+    (``redis://user:secret@host`` -> ``redis://user:***@host``) and a ``password=`` query
+    (and ``sentinel_password=``) argument. Scheme, user, host, port, db and the other query
+    arguments are kept. Never raises and never returns the password, even for a URL that
+    :func:`check_url` refuses (a password with an unescaped ``/``, ``?`` or ``#``: then
+    everything up to the last ``@`` is masked)."""
+    if not isinstance(url, str):
+        return "<not a string>"
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        url = url.replace(netloc, userinfo.partition(":")[0] + ":***@" + hostport, 1)
+    elif not at and "@" in url:
+        url = _LOOSE_USERINFO.sub(r"\1***@", url, count=1)
+    return _PASSWORD_QUERY.sub(r"\1***", url)
+
+
+def check_url(url: str) -> str:
+    """Return a URL redis-py accepts, or raise :class:`InvalidUrl` saying what to fix; the
+    message shows the URL with its password redacted (:func:`redact_url`).
+
+    ``valkey://`` and ``valkeys://`` are accepted as aliases of ``redis://`` and ``rediss://``;
+    ``rediss://`` takes TLS options as query arguments (``?ssl_ca_certs=/path/ca.crt``).
+    ``redis+sentinel://`` and ``valkey+sentinel://`` are checked by
+    :func:`emq.server.sentinel.check_sentinel_url` (returned as ``redis+sentinel://``; redis-py
+    cannot open them with ``from_url``: :mod:`emq.server.sentinel` makes their clients).
+    """
+    if not isinstance(url, str) or not url:
+        raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
+    if url.partition("://")[0] in ("redis+sentinel", "valkey+sentinel"):
+        return check_sentinel_url(url)
+    shown = redact_url(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError as exc:
+        raise InvalidUrl(f"server URL {shown!r} cannot be parsed: {exc}") from None
+    if parsed.scheme not in URL_SCHEMES:
+        raise InvalidUrl(
+            f"server URL {shown!r} has scheme {parsed.scheme!r}; use one of "
+            + ", ".join(f"{s}://" for s in URL_SCHEMES)
+        )
+    if parsed.scheme == "unix":
+        if not parsed.path:
+            raise InvalidUrl(f"unix URL {shown!r} has no socket path; e.g. unix:///tmp/valkey.sock")
+        return url
+    try:
+        port = parsed.port
+    except ValueError:  # its text may be a misplaced password: not echoed
+        raise InvalidUrl(
+            f"server URL {shown!r} has a bad port: expected an integer within 1-65535"
+        ) from None
+    if not parsed.hostname:
+        raise InvalidUrl(f"server URL {shown!r} has no host; e.g. redis://127.0.0.1:6379/0")
+    if port is not None and not 0 < port < 65536:
+        raise InvalidUrl(f"server URL {shown!r} has port {port} outside 1-65535")
+    if parsed.scheme.startswith("valkey"):
+        url = "redis" + url[len("valkey") :]
+    return url
+
+
+
+SENTINEL_SCHEMES = ("redis+sentinel", "valkey+sentinel")
+DEFAULT_PORT = 26379
+EXAMPLE = "redis+sentinel://:password@127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
+QUERY_ARGS = ("sentinel_password", "sentinel_username")
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    """A parsed sentinel URL (holds passwords: keep it out of logs)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+
+
+def _host_port(text: str, shown: str) -> tuple[str, int]:
+    if text.startswith("["):  # [::1]:26379
+        host, close, rest = text[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise InvalidUrl(f"sentinel URL {shown!r} has a bad IPv6 address {text!r}")
+        port_text = rest[1:]
+    else:
+        host, _, port_text = text.partition(":")
+    if not host:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has an empty sentinel address; list them as "
+            f"host:port,host:port, e.g. {EXAMPLE}"
+        )
+    if not port_text:
+        return host, DEFAULT_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has a bad port in {host!r}: expected an integer within 1-65535"
+        )  # the port's text is not echoed: it may be a misplaced password
+    return host, int(port_text)
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """Parse a sentinel URL, or raise :class:`InvalidUrl` saying what to fix (the URL shown
+    with its passwords redacted)."""
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidUrl(f"sentinel URL {shown!r} cannot be parsed: {exc}") from None
+    if parts.scheme not in SENTINEL_SCHEMES:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has scheme {parts.scheme!r}; use redis+sentinel:// or "
+            "valkey+sentinel://"
+        )
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at and "@" in url:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} cannot be read: percent-encode a '/', '?' or '#' in the "
+            "user or password (urllib.parse.quote(password, safe=''))"
+        )
+    if not hosts:
+        raise InvalidUrl(f"sentinel URL {shown!r} names no sentinel; e.g. {EXAMPLE}")
+    sentinels = tuple(_host_port(h.strip(), shown) for h in hosts.split(","))
+    user, colon, password = userinfo.partition(":")
+    path = [p for p in parts.path.split("/")]
+    if len(path) < 2 or not path[1]:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has no service name: put the name the sentinels monitor "
+            f"the primary under after the hosts, e.g. {EXAMPLE}"
+        )
+    if len(path) > 3 or (len(path) == 3 and not path[2].isdigit()):
+        raise InvalidUrl(
+            f"sentinel URL {shown!r}: after the service name only a database number may "
+            f"follow (/service/0), e.g. {EXAMPLE}"
+        )
+    query = _query(parts.query, shown)
+    return SentinelUrl(
+        sentinels=sentinels,
+        service=unquote(path[1]),
+        db=int(path[2]) if len(path) == 3 else 0,
+        username=unquote(user) or None if at else None,
+        password=unquote(password) if at and colon else None,
+        sentinel_username=query.get("sentinel_username"),
+        sentinel_password=query.get("sentinel_password"),
+    )
+
+
+def _query(text: str, shown: str) -> dict[str, str]:
+    try:
+        raw = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError:
+        raise InvalidUrl(f"sentinel URL {shown!r} has a query that cannot be parsed") from None
+    unknown = sorted(set(raw) - set(QUERY_ARGS))
+    if unknown:
+        raise InvalidUrl(
+            f"sentinel URL {shown!r} has unknown query argument(s) {', '.join(unknown)}; "
+            f"a sentinel URL takes only {' and '.join(QUERY_ARGS)}"
+        )
+    repeated = sorted(k for k, v in raw.items() if len(v) > 1)
+    if repeated:
+        raise InvalidUrl(f"sentinel URL {shown!r} gives {', '.join(repeated)} more than once")
+    return {k: v[0] for k, v in raw.items()}
+
+
+def check_sentinel_url(url: str) -> str:
+    """Return the URL with its scheme as ``redis+sentinel``, or raise :class:`InvalidUrl`
+    saying what to fix; the message never shows a password."""
+    parse_sentinel_url(url)
+    if url.startswith("valkey+"):
+        url = "redis+" + url[len("valkey+") :]
+    return url
+
+

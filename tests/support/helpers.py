@@ -1,0 +1,119 @@
+"""Assertions over raw keys, shared by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from emq import Queue
+from emq.model.keys import QueueKeys
+from emq.model.states import STATE_OF_LOCATION, Location
+from emq.server.clients import node_client
+
+
+def node_of(client: redis.Redis, queue: str) -> redis.Redis:
+    """The server that holds ``queue``: ``client`` itself, or on a cluster the node of the
+    queue's slot (for its INFO: blocked clients, commandstats)."""
+    return node_client(client, QueueKeys.of(queue).metrics)
+
+
+def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    """Each location's ids; ``pending`` holds the waiting jobs of every lane."""
+    k = QueueKeys.of(queue)
+    out = {loc.value: set(client.zrange(k.location(loc.value), 0, -1)) for loc in Location}
+    for key in client.scan_iter(match=k.prefix + "lane:*:pending", count=1000):
+        lane_ids = set(client.zrange(key, 0, -1))
+        assert not lane_ids & out["pending"], f"{key} shares ids with another waiting set"
+        out["pending"] |= lane_ids
+    return out
+
+
+def where(client: redis.Redis, queue: str, job_id: str) -> list[str]:
+    """Every location set that holds ``job_id`` (G1: must be one, or none once completed)."""
+    return [loc for loc, ids in locations(client, queue).items() if job_id in ids]
+
+
+def assert_consistent(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    """G1 over the whole queue: each id in exactly one set, its row present with the matching
+    state; no row without a location, except a kept completed job's (results,
+    ``keep_completed``): state ``completed``, in no location set, with an expiry."""
+    k = QueueKeys.of(queue)
+    locs = locations(client, queue)
+    seen: dict[str, str] = {}
+    for loc, ids in locs.items():
+        for job_id in ids:
+            assert job_id not in seen, f"{job_id} is in both {seen[job_id]} and {loc}"
+            seen[job_id] = loc
+            state = client.hget(k.job(job_id), "state")
+            assert state == STATE_OF_LOCATION[Location(loc)].value, (job_id, loc, state)
+    rows = {key.rsplit(":", 1)[1] for key in client.scan_iter(match=k.prefix + "job:*", count=1000)}
+    kept = {
+        r
+        for r in rows - set(seen)
+        if client.hget(k.job(r), "state") == "completed" and client.pttl(k.job(r)) > 0
+    }
+    assert rows - kept == set(seen), f"rows without a location: {rows - kept - set(seen)}"
+    return locs
+
+
+def expire_leases(client: redis.Redis, queue: str, *ids: str) -> None:
+    """Move leases into the past (score 1 ms) instead of sleeping: expiry reads the server clock."""
+    k = QueueKeys.of(queue)
+    targets = ids or tuple(client.zrange(k.active, 0, -1))
+    for job_id in targets:
+        client.zadd(k.active, {job_id: 1}, xx=True)
+
+
+async def until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``cond`` until it is truthy (its value is returned); ``timeout`` bounds a hang,
+    never a speed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Flushing:
+    """``SCRIPT FLUSH`` in a loop on a thread of its own (bounded at 20,000 flushes) for as
+    long as the ``with`` block runs; ``count`` is how many went through."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.count = url, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        c = redis.Redis.from_url(self.url)
+        try:
+            while not self._done.is_set() and self.count < 20_000:
+                c.script_flush()
+                self.count += 1
+        finally:
+            c.close()
+
+    def __enter__(self) -> Flushing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+
+def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str]:
+    """Enqueue ``jobs`` and fail each for good: they end dead with ``error``."""
+    ids = [str(i) for i in queue.enqueue_many(jobs)]
+    for _ in range(len(ids) // 1000 + 2):  # bounded: 1,000 claims a call
+        claimed = queue.claim(1000, lease_ms=60_000)
+        if not claimed:
+            break
+        queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
+    return ids
