@@ -1,7 +1,7 @@
-"""The smaller CLI items of issue 10 (item 6), each through the real ``emq`` command:
-long values cut in errors, payloads from stdin or a file, ``--floor`` typos refused, no
-wrapping when output is not a terminal, one line per event, JSON lines from ``history``,
-help on every option, ``--json`` on every command, and both names of the scheduled state."""
+"""The smaller promises of the CLI (docs/cli.md), each through the real ``emq`` command: long values
+cut in errors, payloads from stdin or a file, ``--floor`` typos refused, no wrapping when output is
+not a terminal, one line per event, JSON lines from ``history``, help on every option, ``--json`` on
+every command, and both names of the scheduled state."""
 
 from __future__ import annotations
 

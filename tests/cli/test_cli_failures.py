@@ -1,7 +1,6 @@
-"""A wrong endpoint or a broken tasks module is one line on stderr and exit 2 for every
-command, never a traceback (issue 10, item 4). The endpoints are local stand-ins: an HTTP
-server (it answers, but not in the Redis protocol), a listener that hangs up at once, and a
-port nobody listens on."""
+"""A wrong endpoint or a broken tasks module is one line on stderr and exit 2 for every command,
+never a traceback (docs/cli.md). The endpoints are local stand-ins: an HTTP server (it answers, but
+not in the Redis protocol), a listener that hangs up at once, and a port nobody listens on."""
 
 from __future__ import annotations
 

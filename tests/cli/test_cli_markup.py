@@ -1,5 +1,5 @@
-"""Nothing that comes from a user, a job or a server is read as Rich markup (issue 10, item 1):
-names, payloads, handler errors and hints are printed literally, through the real ``emq``."""
+"""Nothing that comes from a user, a job or a server is read as Rich markup (docs/cli.md): names,
+payloads, handler errors and hints are printed literally, through the real ``emq``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""G4 fencing and gaps 2 and 3: a lapsed lease's token changes nothing once the job moved on."""
+"""G4 fencing: a lapsed lease's token changes nothing once the job moved on (an extend refuses, a
+late completion leaves no id without a row nor in two sets)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_swept_lease_refuses_every_finishing_call(queue: Queue, client: redis.Re
         with pytest.raises(LeaseLost, match=name):
             call()  # type: ignore[operator]
     assert _snapshot(client, queue, job_id) == before, "refusals change nothing"
-    assert where(client, queue.name, job_id) == ["pending"], "gap 2: extend did not re-lease it"
+    assert where(client, queue.name, job_id) == ["pending"], "a late extend must not re-lease it"
     new = queue.claim()[0]
     assert new.token > old.token
     assert_consistent(client, queue.name)
@@ -75,7 +76,7 @@ def test_lapsed_but_unswept_lease_is_refused_too(queue: Queue, client: redis.Red
 def test_dead_job_cannot_be_completed_by_its_stale_worker(
     queue: Queue, client: redis.Redis
 ) -> None:
-    """Gap 3: no id left in dead without a row, nor in two sets."""
+    """A stale completion leaves no id in dead without a row, nor in two sets."""
     job_id = queue.enqueue("x")
     old = queue.claim()[0]
     expire_leases(client, queue.name)

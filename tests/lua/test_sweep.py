@@ -1,5 +1,6 @@
-"""The stalled sweep: one recovery per expired lease however sweeps overlap (G2), counted
-in-script (G3), dead-lettered at max_stalled, ghost rows never created (gap 8)."""
+"""The stalled sweep: one recovery per expired lease however sweeps overlap (G2), counted in-script
+(G3), dead-lettered at max_stalled, ghost rows never created (the sweep skips an id whose row is
+gone)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""``QueueOptions(durability="aof")`` (issue 9, item 3): enqueue and the finishing calls return
-only once the server has fsynced them (``WAITAOF`` on the same connection), it is refused
-clearly where the server cannot confirm that, and a simulated power cut keeps every write it
-acknowledged."""
+"""``QueueOptions(durability="aof")`` (docs/guarantees.md, Durability: what survives what): enqueue
+and the finishing calls return only once the server has fsynced them (``WAITAOF`` on the same
+connection), it is refused clearly where the server cannot confirm that, and a simulated power cut
+keeps every write it acknowledged."""
 
 from __future__ import annotations
 

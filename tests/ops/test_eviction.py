@@ -1,5 +1,6 @@
-"""An evicting ``maxmemory-policy`` is refused when a queue or worker connects (issue 9, item
-4), on a server each test starts and sets at run time; ``allow_eviction=True`` opts out."""
+"""An evicting ``maxmemory-policy`` is refused when a queue or worker connects (docs/guarantees.md,
+Memory policy), on a server each test starts and sets at run time; ``allow_eviction=True`` opts out.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The promise under real faults (issue 9): out-of-memory episodes, script-cache flushes in a
-loop, rows that vanish, a worker's own lifecycle, false lease_lost alarms. Each test breaks a
-server it started itself and ends with the invariant check: every acknowledged job completed
-exactly once as a side effect, or in exactly one location; no stale completion accepted.
-"""
+"""The promise under real faults (docs/guarantees.md, When the server misbehaves): out-of-memory
+episodes, script-cache flushes in a loop, rows that vanish, a worker's own lifecycle, false
+lease_lost alarms. Each test breaks a server it started itself and ends with the invariant check:
+every acknowledged job completed exactly once as a side effect, or in exactly one location; no stale
+completion accepted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lease tokens across a rollback of the server's data (issue 9, item 2).
+"""Lease tokens across a rollback of the server's data (G4, docs/guarantees.md).
 
 A power cut loses the last second of an ``appendfsync everysec`` AOF; a failover to a lagging
 replica is the same. The test takes a copy of a server's data, lets workers claim, then puts

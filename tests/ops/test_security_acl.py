@@ -1,5 +1,5 @@
-"""Least privilege (issue 9, item 8): emq runs under the ACL users docs/security.md gives, and
-under nothing less.
+"""Least privilege (docs/security.md, Least privilege): emq runs under the ACL users
+docs/security.md gives, and under nothing less.
 
 The ACLs are read from the doc's ```acl blocks, so the doc and this test cannot drift apart:
 * statically, each role's command list is exactly the commands called by the scripts it runs

@@ -1,5 +1,5 @@
-"""The embedded server is private to its owner (issue 9, item 7) and URLs never show their
-password outside ``emq server url`` (item 6).
+"""The embedded server is private to its owner (docs/security.md) and URLs never show their password
+outside ``emq server url``.
 
 Each test starts its own server (Valkey, and Redis where ``redis-server`` is on the PATH) in a
 temporary directory: data directory 0700, every file in it 0600 (AOF files the server writes
@@ -215,7 +215,7 @@ def test_cli_finds_the_embedded_server_and_only_server_url_prints_the_password(
         EmbeddedServer(home).stop()
 
 
-# -- item 6: InvalidUrl and every message showing a URL redact its password ----------------
+# -- InvalidUrl and every message showing a URL redact its password ----------------
 
 BAD_URLS = [
     f"http://user:{SECRET}@127.0.0.1:6379/0",  # wrong scheme

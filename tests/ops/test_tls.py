@@ -1,4 +1,4 @@
-"""``rediss://`` against a real TLS server (issue 9, item 8).
+"""``rediss://`` against a real TLS server (docs/security.md, TLS).
 
 The set-up makes a private CA and a server certificate for 127.0.0.1 with ``openssl``, starts a
 server with TLS only (``--port 0 --tls-port P``) and a password, and runs enqueue and a burst

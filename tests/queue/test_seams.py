@@ -1,4 +1,4 @@
-"""The seams that keep the code small (issue 10): the core imports none of the extras."""
+"""The seams that keep the code small (CONTRIBUTING.md): the core imports none of the extras."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Hostile and careless input (issue 9, item 6): refused before anything is sent, as an
-InvalidInput saying what to fix, never half-written, re-sent as an outage or crashed on."""
+"""Hostile and careless input (docs/input.md): refused before anything is sent, as an InvalidInput
+saying what to fix, never half-written, re-sent as an outage or crashed on."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Ids follow the server's clock, not the producer's (issue 9, item 5): a producer whose wall
-clock is an hour ahead, an hour behind or before 2024 cannot reorder a queue."""
+"""Ids follow the server's clock, not the producer's (docs/keyspace.md, Job ids): a producer whose
+wall clock is an hour ahead, an hour behind or before 2024 cannot reorder a queue."""
 
 from __future__ import annotations
 
