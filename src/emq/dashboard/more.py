@@ -1,5 +1,5 @@
 """The search and workers pages, and the routes of the dead-letter and race-lab pages
-(:mod:`~emq.dashboard.bulk`, :mod:`~emq.dashboard.racepage`); ``create_app`` includes
+(:mod:`~emq.dashboard.deadletters`, :mod:`~emq.dashboard.race`); ``create_app`` includes
 :data:`routes` through its hook.
 
 - ``GET /search?queue=&q=&state=&name=&since=&until=``: :func:`emq.archive.search.asearch` over the
@@ -27,7 +27,7 @@ from ..errors import EmqError, InvalidInput
 from ..model.checks import parse_when
 from ..model.ids import check_id
 from ..model.keys import QueueKeys
-from . import bulk, racepage
+from . import deadletters, race
 from .web import dash, render
 
 SEARCH_QUEUES = 50  # an empty queue field searches at most this many queues
@@ -132,6 +132,6 @@ async def workers_page(request: Request) -> Response:
 routes: list[BaseRoute] = [
     Route("/search", search_page),
     Route("/workers", workers_page),
-    *bulk.ROUTES,
-    *racepage.ROUTES,
+    *deadletters.ROUTES,
+    *race.ROUTES,
 ]
