@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..server.urls import redact_url
-from . import live, pages, security
+from . import jobs, live, overview, queues, security
 from .web import HERE, Dash, done, read_form, render
 
 DOWN = (ConnectionError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -125,7 +125,9 @@ def create_app(
             await dash.close()
 
     routes: list[BaseRoute] = [
-        *pages.ROUTES,
+        *overview.ROUTES,
+        *queues.ROUTES,
+        *jobs.ROUTES,
         Route("/events", live.events),
         Route("/login", login_form),
         Route("/login", login, methods=["POST"]),

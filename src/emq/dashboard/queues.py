@@ -1,0 +1,95 @@
+"""A queue's page and the actions on a queue (docs/dashboard.md, Queue).
+
+- ``GET /queues/{queue}?location=pending&page=1``: its counts (live), limits, lanes and
+  repeating jobs, and the jobs of one location, :data:`PAGE_SIZE` a page (at most
+  :data:`MAX_PAGE` pages).
+- ``POST /queues/{queue}/pause|resume|drain``: through
+  :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
+  without the session's CSRF token), then a 303 back to the queue's page with a flash
+  message saying what happened, or why nothing did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import EmqError
+from ..model.lanes import DEFAULT_LANE
+from .live import SHOWN
+from .web import action_form, dash, done, render
+
+LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
+PAGE_SIZE = 50
+MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
+QUEUE_ACTIONS = ("pause", "resume", "drain")
+
+
+def _page_number(text: str | None) -> int:
+    try:
+        return max(1, min(int(text or 1), MAX_PAGE))
+    except ValueError:
+        return 1
+
+
+async def queue_page(request: Request) -> Response:
+    request.app.state.live.start()
+    name = request.path_params["queue"]
+    q = dash(request).queue(name)
+    location = request.query_params.get("location", "pending")
+    if location not in LOCATIONS:
+        raise HTTPException(404, "no such location")
+    page = _page_number(request.query_params.get("page"))
+    offset = (page - 1) * PAGE_SIZE
+    counts, paused, lanes, limits, jobs, repeats = await asyncio.gather(
+        q.counts(),
+        q.is_paused(),
+        q.lanes(),
+        q.limits(),
+        q.jobs(location, offset, PAGE_SIZE + 1),
+        q.repeats(),
+    )
+    context = {
+        "queue": name,
+        "counts": counts,
+        "paused": paused,
+        "lanes": lanes if any(lane.name != DEFAULT_LANE for lane in lanes) else [],
+        "limits": limits,
+        "location": location,
+        "locations": LOCATIONS,
+        "jobs": jobs[:PAGE_SIZE],
+        "page": page,
+        "has_next": len(jobs) > PAGE_SIZE,
+        "repeats": repeats,
+        "shown": SHOWN,
+    }
+    return render(request, "queue.html", context)
+
+
+async def queue_action(request: Request) -> Response:
+    await action_form(request)
+    name, action = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
+    q = dash(request).queue(name)
+    back = f"/queues/{name}"
+    try:
+        if action == "pause":
+            message = "paused" if await q.pause() else "was already paused"
+        elif action == "resume":
+            message = "resumed" if await q.resume() else "was not paused"
+        elif action == "drain":
+            message = f"drained: {await q.drain()} waiting jobs deleted"
+        else:
+            raise HTTPException(404, "no such action")
+    except EmqError as exc:
+        message = f"{action} refused: {exc}"
+    return done(request, back, f"{name} {message}")
+
+
+ROUTES = [
+    Route("/queues/{queue}", queue_page),
+    *(Route(f"/queues/{{queue}}/{a}", queue_action, methods=["POST"]) for a in QUEUE_ACTIONS),
+]
