@@ -1,16 +1,15 @@
-"""``create_app``: the dashboard's ASGI app (Starlette), its login, health and metrics routes.
+"""``create_app``: the dashboard's ASGI app (Starlette) over a queue server.
 
-Routes of other dashboard modules join through one hook: every module named in
-:data:`EXTRA_MODULES` that exists and has a ``routes`` list (of Starlette routes) is
-included, after the core pages. Security (:mod:`emq.dashboard.security`) wraps every route.
+Its routes are the table in :mod:`emq.dashboard.routes`; the security middleware
+(:class:`emq.dashboard.security.Guard`) wraps every one of them. Here: the app's state
+(:class:`~emq.dashboard.web.Dash`), the live sampler's lifespan, and the error pages (an
+HTTP error as a page or as text; 503 when the queue server does not answer).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -20,74 +19,13 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
 
 from ..server.urls import redact_url
-from . import jobs, live, overview, queues, security
-from .web import HERE, Dash, done, read_form, render
+from . import live, security
+from .routes import ROUTES
+from .web import Dash, render
 
 DOWN = (ConnectionError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-EXTRA_MODULES = ("more",)  # emq.dashboard.<name>.routes: dead letters, search, workers, race
-
-
-def _extra_routes() -> list[BaseRoute]:
-    found: list[BaseRoute] = []
-    for name in EXTRA_MODULES:
-        try:
-            module = import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
-            continue
-        found.extend(getattr(module, "routes", []))
-    return found
-
-
-async def login_form(request: Request) -> Response:
-    return render(request, "login.html", {"next": security.safe_next(_next(request))})
-
-
-def _next(request: Request) -> str | None:
-    return request.query_params.get("next")
-
-
-async def login(request: Request) -> Response:
-    """Check the token (constant time) and the CSRF field; set the session cookie."""
-    form = await read_form(request)
-    token: str | None = request.app.state.dash.token
-    target = security.safe_next(form.get("next"))
-    if token is None:
-        return done(request, target, "no token is needed here")
-    if not security.check_csrf(request, form):
-        raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
-    if not security.token_matches(form.get("token", ""), token):
-        await asyncio.sleep(0.25)  # slows guessing; the token is compared in constant time
-        context = {"next": target, "error": "That token is not the dashboard's token."}
-        return render(request, "login.html", context, status=401)
-    response = done(request, target, "logged in")
-    response.set_cookie(
-        security.AUTH_COOKIE,
-        security.session_value(token),
-        httponly=True,
-        samesite="strict",
-        path="/",
-    )
-    return response
-
-
-async def healthz(request: Request) -> Response:
-    await request.app.state.dash.client.ping()
-    return PlainTextResponse("ok\n")
-
-
-async def metrics(request: Request) -> Response:
-    """Prometheus text of every queue (emq.observe.prometheus.render_queue_metrics, in a thread)."""
-    from ..observe.prometheus import render_queue_metrics
-
-    dash: Dash = request.app.state.dash
-    body, content_type = await asyncio.to_thread(render_queue_metrics, dash.url, None)
-    return Response(body, media_type=content_type)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -124,23 +62,11 @@ def create_app(
             await sampler.stop()
             await dash.close()
 
-    routes: list[BaseRoute] = [
-        *overview.ROUTES,
-        *queues.ROUTES,
-        *jobs.ROUTES,
-        Route("/events", live.events),
-        Route("/login", login_form),
-        Route("/login", login, methods=["POST"]),
-        Route("/healthz", healthz),
-        Route("/metrics", metrics),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-        *_extra_routes(),
-    ]
     guard = Middleware(security.Guard, token=dash.token, read_only=read_only)
     handlers: Any = {HTTPException: _http_error}
     handlers.update(dict.fromkeys(DOWN, _server_down))
     app = Starlette(
-        routes=routes, middleware=[guard], lifespan=lifespan, exception_handlers=handlers
+        routes=ROUTES, middleware=[guard], lifespan=lifespan, exception_handlers=handlers
     )
     app.state.dash = dash
     app.state.live = sampler

@@ -33,7 +33,6 @@ from urllib.parse import quote
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from ..calls.deadletters import BulkResult, DeadFilter
 from ..errors import EmqError
@@ -194,11 +193,3 @@ async def bulk_progress(request: Request) -> Response:
     if op is None:
         raise HTTPException(404, "no such bulk move (they are kept in memory, the last 32)")
     return JSONResponse(op.as_dict(), headers={"cache-control": "no-store"})
-
-
-ROUTES = [
-    Route("/queues/{queue}/dead", dead_page),
-    Route("/queues/{queue}/dead/redrive", bulk_action, methods=["POST"]),
-    Route("/queues/{queue}/dead/purge", bulk_action, methods=["POST"]),
-    Route("/bulk/{op_id}", bulk_progress),
-]

@@ -17,7 +17,6 @@ import asyncio
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..errors import EmqError, InvalidInput
 from ..model.events import Event
@@ -100,12 +99,3 @@ async def job_action(request: Request) -> Response:
     except EmqError as exc:
         message = f"{action} refused: {exc}"
     return done(request, back, f"{job_id} {message}")
-
-
-ROUTES = [
-    Route("/queues/{queue}/jobs/{job_id}", job_page),
-    *(
-        Route(f"/queues/{{queue}}/jobs/{{job_id}}/{a}", job_action, methods=["POST"])
-        for a in ("redrive", "cancel", "promote", "remove")
-    ),
-]

@@ -12,7 +12,6 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from .live import SHOWN, Live, read_counts
 from .web import dash, render
@@ -43,6 +42,3 @@ async def overview_page(request: Request) -> Response:
     counts = await read_counts(d, names, oldest=True)
     queues = [_queue_summary(request, n, counts[n], now_ms) for n in names]
     return render(request, "overview.html", {"queues": queues, "shown": SHOWN})
-
-
-ROUTES = [Route("/", overview_page)]

@@ -16,7 +16,6 @@ import asyncio
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..errors import EmqError
 from ..model.lanes import DEFAULT_LANE
@@ -26,7 +25,6 @@ from .web import action_form, dash, done, render
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
 MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
-QUEUE_ACTIONS = ("pause", "resume", "drain")
 
 
 def _page_number(text: str | None) -> int:
@@ -87,9 +85,3 @@ async def queue_action(request: Request) -> Response:
     except EmqError as exc:
         message = f"{action} refused: {exc}"
     return done(request, back, f"{name} {message}")
-
-
-ROUTES = [
-    Route("/queues/{queue}", queue_page),
-    *(Route(f"/queues/{{queue}}/{a}", queue_action, methods=["POST"]) for a in QUEUE_ACTIONS),
-]

@@ -23,7 +23,6 @@ from typing import Any
 import redis
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..errors import EmqError
 from ..racelab.forms import MODES
@@ -135,6 +134,3 @@ async def race_run(request: Request) -> Response:
     runs[run_id] = traces
     back = f"/race?run={run_id}&scenario={scenario}&mode={mode}"
     return done(request, back, f"ran {scenario} in {mode} form(s): {len(traces)} run(s)")
-
-
-ROUTES = [Route("/race", race_page), Route("/race/run", race_run, methods=["POST"])]

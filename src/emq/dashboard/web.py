@@ -1,7 +1,7 @@
 """What every dashboard page and action shares: the app's state, rendering with the common
 context, reading and guarding an action's form, and the flash message after an action.
 
-Pages (D1's ``pages.py`` and any module adding routes through ``create_app``'s hook) use:
+Every page's module (the route table is :mod:`emq.dashboard.routes`) uses:
 
 - :func:`dash` -> :class:`Dash`: the server URL, ``read_only``, the shared asyncio client,
   one :class:`~emq.AsyncQueue` per queue name (:meth:`Dash.queue`), the floor of a queue

@@ -1,14 +1,14 @@
-"""The search and workers pages, and the routes of the dead-letter and race-lab pages
-(:mod:`~emq.dashboard.deadletters`, :mod:`~emq.dashboard.race`); ``create_app`` includes
-:data:`routes` through its hook.
+"""The search page: ``GET /search?queue=&q=&state=&name=&since=&until=``.
 
-- ``GET /search?queue=&q=&state=&name=&since=&until=``: :func:`emq.archive.search.asearch` over the
-  live rows and the archive floor of one queue, or of every queue (at most
-  :data:`SEARCH_QUEUES`) when ``queue`` is empty; ``q`` is a job id or words of the payload
-  or error text; ``since`` / ``until`` are ms, an ISO time (UTC) or an age (``2h``).
-- ``GET /workers``: the live workers from the registry (:func:`emq.observe.registry.alist_workers`).
+:func:`emq.archive.search.asearch` over the live rows and the archive floor of one queue, or
+of every queue (at most :data:`SEARCH_QUEUES`) when ``queue`` is empty; ``q`` is a job id or
+words of the payload or error text; ``since`` / ``until`` are ms, an ISO time (UTC) or an age
+(``2h``).
 
-Nothing here writes; every value shown is escaped by the templates.
+The archive's search needs Python's ``sqlite3``, which a Python may be built without, so it is
+imported when a search runs, not with the dashboard: without it this page answers 501 and
+says why, and every other page works. Nothing here writes; every value shown is escaped by
+the template.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from ..errors import EmqError, InvalidInput
 from ..model.checks import parse_when
 from ..model.ids import check_id
 from ..model.keys import QueueKeys
-from . import deadletters, race
 from .web import dash, render
+
+if TYPE_CHECKING:
+    from ..archive.search import Hit, SearchQuery
 
 SEARCH_QUEUES = 50  # an empty queue field searches at most this many queues
 SEARCH_LIMIT = 50
@@ -41,12 +41,14 @@ class Found:
     """A search hit and the queue it was found in."""
 
     queue: str
-    hit: Any  # emq.archive.search.Hit
+    hit: Hit
 
 
-def _query(form: dict[str, str], now_ms: int) -> Any:
-    """The :class:`emq.archive.search.SearchQuery` of the form (InvalidInput on bad input)."""
-    query_cls = import_module("emq.archive.search").SearchQuery
+def _query(form: dict[str, str], now_ms: int) -> SearchQuery:
+    """The search query of the form (InvalidInput on bad input; ImportError without the
+    archive's search, see the module doc)."""
+    from ..archive.search import SearchQuery
+
     q = form["q"].strip()
     job_id = None
     if q:
@@ -54,7 +56,7 @@ def _query(form: dict[str, str], now_ms: int) -> Any:
             job_id = check_id(q)
         except InvalidInput:
             job_id = None
-    return query_cls(
+    return SearchQuery(
         text=None if job_id or not q else q,
         job_id=job_id,
         name=form["name"].strip() or None,
@@ -65,8 +67,9 @@ def _query(form: dict[str, str], now_ms: int) -> Any:
     )
 
 
-async def _search(request: Request, names: list[str], query: Any) -> list[Found]:
-    asearch = import_module("emq.archive.search").asearch
+async def _search(request: Request, names: list[str], query: SearchQuery) -> list[Found]:
+    from ..archive.search import asearch
+
     d = dash(request)
 
     async def one(name: str) -> list[Found]:
@@ -111,27 +114,3 @@ async def search_page(request: Request) -> Response:
             context["problem"] = str(exc)
             status = 400
     return render(request, "search.html", context, status=status)
-
-
-async def workers_page(request: Request) -> Response:
-    try:
-        alist_workers = import_module("emq.observe.registry").alist_workers
-    except (ImportError, AttributeError):
-        context: dict[str, Any] = {"workers": [], "problem": "No worker registry in this emq."}
-        return render(request, "workers.html", context, status=501)
-    workers = await alist_workers(dash(request).client)
-    workers = sorted(workers, key=lambda w: (w.host, w.pid, w.id))
-    context = {
-        "workers": workers,
-        "running": sum(w.running for w in workers),
-        "wall_ms": int(time.time() * 1000),
-    }
-    return render(request, "workers.html", context)
-
-
-routes: list[BaseRoute] = [
-    Route("/search", search_page),
-    Route("/workers", workers_page),
-    *deadletters.ROUTES,
-    *race.ROUTES,
-]
