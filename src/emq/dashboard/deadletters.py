@@ -4,7 +4,7 @@
   error (:func:`emq.queue._async.deadletters.groups`), narrowed by the filter; each group offers a
   bulk redrive and a bulk purge of its jobs under the same filter (after a confirmation).
   ``op``: show that bulk move's progress (``<progress id="bulk-progress">`` and
-  ``#bulk-status``, polled by ``static/more.js``; the text ends in "done" when it is).
+  ``#bulk-status``, polled by ``static/app.js``; the text ends in "done" when it is).
 - ``POST /queues/{queue}/dead/redrive|purge`` (CSRF-checked, refused when read-only; fields
   ``error``, ``contains``, ``name``, ``since``, ``until``; no field at all takes every dead
   job): starts the move as a background task on the server, in chunks of 200 ids
