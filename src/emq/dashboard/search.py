@@ -7,8 +7,8 @@ words of the payload or error text; ``since`` / ``until`` are ms, an ISO time (U
 
 The archive's search needs Python's ``sqlite3``, which a Python may be built without, so it is
 imported when a search runs, not with the dashboard: without it this page answers 501 and
-says why, and every other page works. Nothing here writes; every value shown is escaped by
-the template.
+says why, and the dashboard still starts. Nothing here writes; every value shown is escaped
+by the template.
 """
 
 from __future__ import annotations
