@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import pytest
 
@@ -113,6 +114,16 @@ def test_no_unbounded_or_keyspace_wide_commands(name: str) -> None:
         assert banned not in src
 
 
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_header_ends_with_its_includes_line(name: str) -> None:
+    """The last header line names the includes the body calls (tests/lua/test_includes.py
+    checks the names against the body)."""
+    lines = resources.files("emq").joinpath("lua", f"{name}.lua").read_text().splitlines()
+    header = lines[: next(i for i, line in enumerate(lines) if not line.startswith("--"))]
+    names = ", ".join(SCRIPTS[name].header.includes) or "none"
+    assert header[-1] == f"-- Includes: {names}"
+
+
 def test_header_shape_is_enforced() -> None:
     with pytest.raises(ValueError, match="first line"):
         parse_header("x", "-- y: a -> b\n-- Returns: 1\n-- Errors: none\n-- Derives: nothing\n")
@@ -121,6 +132,13 @@ def test_header_shape_is_enforced() -> None:
     with pytest.raises(ValueError, match="KEYS indices"):
         parse_header(
             "x", "-- x: a -> b\n-- KEYS[2] a  ZSET  z\n-- Returns: 1\n-- Errors: n\n-- Derives: n\n"
+        )
+    with pytest.raises(ValueError, match="Includes"):
+        parse_header("x", "-- x: a -> b\n-- Returns: 1\n-- Errors: none\n-- Derives: nothing\n")
+    with pytest.raises(ValueError, match="sorted"):
+        parse_header(
+            "x",
+            "-- x: a -> b\n-- Returns: 1\n-- Errors: n\n-- Derives: n\n-- Includes: wake, clock\n",
         )
 
 

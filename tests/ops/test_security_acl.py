@@ -3,7 +3,7 @@ docs/security.md gives, and under nothing less.
 
 The ACLs are read from the doc's ```acl blocks, so the doc and this test cannot drift apart:
 * statically, each role's command list is exactly the commands called by the scripts it runs
-  (the source the server runs, prelude included) plus the ones its shell sends directly;
+  (the source the server runs, its includes composed in) plus the ones its shell sends directly;
 * live, on a server of each kind (Valkey, Redis) started here with those users created by the
   doc's own ``ACL SETUSER`` lines: a producer enqueues, a worker runs (burst, then parked on its
   wake list, with retries, a dead letter, a delayed job, a heartbeat and a stalled-lease sweep),

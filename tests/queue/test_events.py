@@ -49,12 +49,11 @@ def _emit_calls(source: str) -> list[list[str]]:
 
 def test_every_emit_in_every_script_matches_the_contract() -> None:
     emitted: set[str] = set()
-    for entry in resources.files("emq").joinpath("lua").iterdir():
+    lua = resources.files("emq").joinpath("lua")
+    for entry in [*lua.iterdir(), *lua.joinpath("includes").iterdir()]:
         if not entry.name.endswith(".lua"):
             continue
-        text = entry.read_text()
-        if entry.name.startswith("_"):  # the prelude too (to_cancelled emits), not its notes
-            text = re.sub(r"(?m)^\s*--.*$", "", text)
+        text = re.sub(r"(?m)^\s*--.*$", "", entry.read_text())  # the code, not its notes
         for args in _emit_calls(text):
             assert args[0] == "'event'", (entry.name, args)
             name = args[1].strip("'")

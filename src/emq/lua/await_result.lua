@@ -18,6 +18,7 @@
 --   {'missing'} (no row) | {'waiting', state}
 -- Errors: none
 -- Derives: none
+-- Includes: none
 local k_job = KEYS[1]
 local k_done = KEYS[2]
 local register = ARGV[1]

@@ -28,9 +28,10 @@
 -- Errors: EMQNOJOB <id> ... when the job has no row; EMQSTATE when its row is in no location
 -- A flow's waiting parent (docs/flows.md) leaves waiting the same way, and its unfinished
 -- children are cancelled with it in this same step (a leased one gets its cancel request);
--- a cancelled child of a flow is counted for its parent (prelude flow_child_done).
+-- a cancelled child of a flow is counted for its parent (includes/flows.lua flow_child_done).
 -- Derives: job:<id> HASH, done:<id> LIST, lane:<L>:pending ZSET, events:archived STRING
 --   (read only), waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, wake LIST
+-- Includes: answers, cancel, clock, events, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]

@@ -44,6 +44,7 @@
 -- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), rate ZSET (claim log),
 --   lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH, lane:<L>:pending ZSET,
 --   lane:<L>:active SET, lane:<L>:rate ZSET, wake LIST, events:archived STRING (read only)
+-- Includes: clock, events, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]

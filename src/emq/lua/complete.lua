@@ -33,6 +33,7 @@
 --   de:<dedup> STRING, lane:<L>:active SET, lanes:full SET,
 --   lanes:ring ZSET, wake LIST (a freed slot of a limited queue or lane wakes a worker),
 --   done:<id> LIST (result() waiters), events:archived STRING (read only)
+-- Includes: answers, clock, events, flows, lanes, waiters
 local k_active = KEYS[1]
 local k_metrics = KEYS[2]
 local k_events = KEYS[3]

@@ -6,7 +6,7 @@
 -- taken back with HINCRBY -1; the token is not, so tokens stay strictly increasing. Safety
 -- belt: the same fence as complete (in active, unexpired, token equal); the job goes back to
 -- its own lane. A job whose row has 'cancel' (cancel.lua) is not given back: it ends dead,
--- cancelled (prelude to_cancelled), keeping the attempt it had.
+-- cancelled (includes/cancel.lua to_cancelled), keeping the attempt it had.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] pending    ZSET    waiting jobs, score = priority
@@ -27,6 +27,7 @@
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, metrics HASH (cancelled), done:<id> LIST,
 --   events:archived STRING (read only)
+-- Includes: answers, cancel, clock, events, lanes, wake
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_schedule = KEYS[3]

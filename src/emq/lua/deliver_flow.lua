@@ -1,13 +1,13 @@
 -- deliver_flow: waiting -> pending | dead (a flow's parent, told of children in other queues)
 --
--- The second step of a child's end in another queue (docs/flows.md, Across queues): the
--- child's own step wrote an outbox entry in its slot; the maintenance beat of the child's
--- queue reads it and delivers it here, in the parent's slot, then deletes it. Each entry is
--- counted by prelude flow_count exactly as a same-queue child's end is: only while the
--- child's status in flow:<parent> is '' (unfinished), so a delivery replayed (a beat that
--- died before deleting the entry, two beats delivering at once) or one that arrives after
--- the parent ended changes nothing. The last child counted makes the parent pending; a
--- fail_parent child's death makes it dead (its own parent told in turn).
+-- The second step of a child's end in another queue (docs/flows.md, Across queues): the child's
+-- own step wrote an outbox entry in its slot; the maintenance beat of the child's queue reads
+-- it and delivers it here, in the parent's slot, then deletes it. Each entry is counted by
+-- flow_count (includes/flows.lua) exactly as a same-queue child's end is: only while the
+-- child's status in flow:<parent> is '' (unfinished), so a delivery replayed (a beat that died
+-- before deleting the entry, two beats delivering at once) or one that arrives after the parent
+-- ended changes nothing. The last child counted makes the parent pending; a fail_parent child's
+-- death makes it dead (its own parent told in turn).
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane
 -- KEYS[2] events     STREAM  lifecycle events
@@ -24,6 +24,7 @@
 -- Derives: job:<parent> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
 --   dead ZSET, metrics HASH, done:<parent> LIST, outbox HASH (a parent's own parent in
 --   another queue), lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING (read only)
+-- Includes: clock, events, flows, lanes
 local k_pending = KEYS[1]
 local k_events = KEYS[2]
 -- flow_count wakes a worker at prefix .. 'wake', which is k_wake

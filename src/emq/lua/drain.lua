@@ -17,6 +17,7 @@
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, lanes:conf HASH (read only), events:archived STRING
 --   (read only)
+-- Includes: events, lanes
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]

@@ -12,6 +12,7 @@
 --   version, next ms, every_ms or '', cron or '', tz, catch_up, start_at or ''
 -- Errors: none
 -- Derives: repeat:<key> HASH (read only)
+-- Includes: clock
 local k_repeats = KEYS[1]
 local prefix = ARGV[1]
 local limit = tonumber(ARGV[2])

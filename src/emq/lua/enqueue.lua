@@ -7,7 +7,8 @@
 -- batch writes nothing; an id that already exists with the same name and payload is the
 -- idempotent retry of a lost reply and is reported as a duplicate, never written twice.
 -- A lifo job (its row gets lifo = 1) enters ahead of the FIFO jobs of its priority, the
--- newest first (prelude lifo_score; one HINCRBY of meta lifo_seq per call with lifo jobs).
+-- newest first (includes/lanes.lua lifo_score; one HINCRBY of meta lifo_seq per call with
+-- lifo jobs).
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -26,6 +27,7 @@
 --         or payload, or a dedup key's job differs from the one given
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), events:archived STRING (read only)
+-- Includes: clock, events, lanes, rows, wake
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]

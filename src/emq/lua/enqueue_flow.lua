@@ -1,17 +1,16 @@
 -- enqueue_flow: (new) -> waiting | pending
 --
--- Admits a flow (docs/flows.md): a tree of jobs of one queue, in one indivisible step, all
--- or nothing. A node with children is written with state waiting, children_left = its
--- number of children, into waiting (score = admitted ms) and gets a flow:<id> HASH naming
--- each child with status '' (unfinished); a leaf goes to its lane's waiting set (prelude
--- to_pending) and wakes a worker. Each child's row names its parent (parent) and its
--- failure policy (on_failure). A flow spanning queues is admitted in one such step per
--- queue, parents' steps first (docs/flows.md): a child in another queue is named in its
--- parent's flow:<id> as '<id>@<queue>', and a child whose parent is in another queue has
--- parent = '<id>@<queue>' (its end reaches the parent through the outbox). Safety belt:
--- every id is checked before the first write; an id that exists, or repeats in the call,
--- writes nothing (EMQCONFLICT), unless every id exists with the parent given: a resent
--- step (its reply lost) writes nothing and returns 0.
+-- Admits a flow (docs/flows.md): a tree of jobs of one queue, in one indivisible step, all or
+-- nothing. A node with children is written with state waiting, children_left = its number of
+-- children, into waiting (score = admitted ms) and gets a flow:<id> HASH naming each child with
+-- status '' (unfinished); a leaf goes to its lane's waiting set (includes/lanes.lua to_pending)
+-- and wakes a worker. Each child's row names its parent (parent) and its failure policy
+-- (on_failure). A flow spanning queues is admitted in one such step per queue, parents' steps
+-- first (docs/flows.md): a child in another queue is named in its parent's flow:<id> as
+-- '<id>@<queue>', and a child whose parent is in another queue has parent = '<id>@<queue>' (its
+-- end reaches the parent through the outbox). Safety belt: every id is checked before the first
+-- write; an id that exists, or repeats in the call, writes nothing (EMQCONFLICT), unless every
+-- id exists with the parent given: a resent step (its reply lost) writes nothing and returns 0.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] waiting    ZSET    parents waiting on their children, score = admitted ms
@@ -33,6 +32,7 @@
 -- Derives: job:<id> HASH, flow:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), meta lifo_seq, events:archived STRING
 --   (read only)
+-- Includes: clock, events, lanes, rows, wake
 local k_pending = KEYS[1]
 local k_waiting = KEYS[2]
 local k_events = KEYS[3]

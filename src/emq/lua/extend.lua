@@ -19,6 +19,7 @@
 --          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Includes: answers, clock, events
 local k_active = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]

@@ -4,9 +4,10 @@
 -- max_attempts and retry = 1 the job waits in schedule (server clock) for
 -- min(cap_ms, base_ms * factor^(attempts-1)) * (1 - draw), evaluated on the row's own
 -- attempts; otherwise it is dead-lettered with last_error. A job whose row has 'cancel' (a
--- cancel asked for while it was leased) is never retried: it ends dead, cancelled (prelude
--- to_cancelled), whatever the caller asked. Safety belt: the same fence as complete (in active,
--- unexpired, token equal); a stale worker's failure changes nothing.
+-- cancel asked for while it was leased) is never retried: it ends dead, cancelled
+-- (includes/cancel.lua to_cancelled), whatever the caller asked. Safety belt: the same
+-- fence as complete (in active, unexpired, token equal); a stale worker's failure changes
+-- nothing.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -27,6 +28,7 @@
 --   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
 --   lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
 --   done:<id> LIST (result() waiters of a dead job), events:archived STRING (read only)
+-- Includes: answers, cancel, clock, events, flows, lanes, waiters
 local k_active = KEYS[1]
 local k_schedule = KEYS[2]
 local k_dead = KEYS[3]

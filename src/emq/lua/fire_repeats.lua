@@ -29,6 +29,7 @@
 -- Errors: EMQARG when a group's ticks are out of order (tick < expect or following <= tick)
 -- Derives: repeat:<key> HASH, job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), events:archived STRING (read only)
+-- Includes: clock, events, lanes, rows, wake
 local k_repeats = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]

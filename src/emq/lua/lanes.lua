@@ -17,6 +17,7 @@
 -- Errors: none
 -- Derives: lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
 --   lane:<L>:pending ZSET, lane:<L>:active SET, job:<id> HASH (read only, all)
+-- Includes: clock, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_meta = KEYS[3]

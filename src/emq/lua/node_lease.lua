@@ -13,6 +13,7 @@
 --   does; now_ms is the server clock (TIME) in ms since the Unix epoch, read in both cases
 -- Errors: none
 -- Derives: nothing
+-- Includes: none
 local k_node = KEYS[1]
 local owner = ARGV[1]
 local ttl_ms = ARGV[2]

@@ -29,6 +29,7 @@
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
 --   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
 --   undelivered messages go with the queue)
+-- Includes: lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]

@@ -14,6 +14,7 @@
 -- Errors: none
 -- Derives: lanes:conf HASH, lanes:ring ZSET, lane:default:active SET (when lane mode turns
 --   on), events:archived STRING (read only)
+-- Includes: events, lanes
 local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]

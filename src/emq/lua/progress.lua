@@ -17,6 +17,7 @@
 --          lease; nothing written, no event) | 'gone' (no row)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Includes: answers, clock, events
 local k_active = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]

@@ -19,6 +19,7 @@
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING
 --   (read only)
+-- Includes: clock, events, lanes, wake
 local k_schedule = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]

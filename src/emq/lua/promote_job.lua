@@ -3,9 +3,9 @@
 -- Moves one scheduled job (a delayed enqueue, a retry in backoff, a rescheduled job) to its
 -- lane's waiting set now, as if its run-at time had come: the lane joins the ring and a
 -- parked worker is woken. A job that is already pending is left where it is (0). Safety
--- belt: the row's state and its set must agree (prelude waiting_job), so an active, dead,
--- completed or missing job is refused and nothing is written; the ZREM and the ZADD are in
--- this one step.
+-- belt: the row's state and its set must agree (includes/rows.lua waiting_job), so an
+-- active, dead, completed or missing job is refused and nothing is written; the ZREM and
+-- the ZADD are in this one step.
 --
 -- KEYS[1] schedule   ZSET    delayed jobs, score = run-at ms
 -- KEYS[2] pending    ZSET    waiting jobs of the default lane, score = priority
@@ -20,6 +20,7 @@
 --         not pending or scheduled
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
 --   (when lane mode turns on), events:archived STRING (read only)
+-- Includes: events, lanes, rows, wake
 local k_schedule = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]

@@ -27,6 +27,7 @@
 --   lanes:full SET, lanes:ring ZSET, wake LIST, done:<id> LIST (result() waiters),
 --   events:archived STRING (read only), waiting ZSET, metrics HASH, flow:<id> HASH,
 --   flow:<id>:results HASH, flow:<parent> HASH, flow:<parent>:results HASH
+-- Includes: cancel, clock, events, flows, lanes, waiters
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]

@@ -4,8 +4,8 @@
 -- delay_ms (a pending job leaves its lane's waiting set; a scheduled one gets the new run-at
 -- time, earlier or later); delay_ms = 0 makes it pending now (a scheduled job joins its
 -- lane's waiting set and wakes a worker, as promote_job; a pending job keeps its place).
--- Safety belt: the row's state and its set must agree (prelude waiting_job), so an active,
--- dead, completed or missing job is refused and nothing is written.
+-- Safety belt: the row's state and its set must agree (includes/rows.lua waiting_job), so
+-- an active, dead, completed or missing job is refused and nothing is written.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -21,6 +21,7 @@
 --         not pending or scheduled
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
 --   (when lane mode turns on), events:archived STRING (read only)
+-- Includes: answers, clock, events, lanes, rows, wake
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]

@@ -13,6 +13,7 @@
 -- Returns: 1 if it was paused, 0 if it was running
 -- Errors: none
 -- Derives: lanes:conf HASH, lanes:ring ZSET, events:archived STRING (read only)
+-- Includes: events, lanes, wake
 local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local k_wake = KEYS[3]

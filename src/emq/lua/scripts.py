@@ -3,9 +3,10 @@
 Each ``lua/<name>.lua`` starts with a header (see ``docs/lua-contract.md``) that
 :func:`parse_header` reads; a test checks every header against its Python binding.
 
-What the server runs is ``#!lua`` + the file's header + ``lua/_prelude.lua`` (the shared
-functions) + the file's body: one text, hashed once, so the sha check and the header test see
-exactly what runs. The ``#!lua`` line makes the server refuse a script whole while it is out
+What the server runs is ``#!lua`` + the file's header + the includes its ``-- Includes:`` line
+names (``lua/includes/<name>.lua``, with the includes they need, each once) + the file's body,
+composed by :mod:`emq.lua.compose`: one text, hashed once, so the sha check and the header test
+see exactly what runs. The ``#!lua`` line makes the server refuse a script whole while it is out
 of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half-way.
 
 Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
@@ -35,9 +36,10 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import EmqError, ScriptError, ServerUnreachable, from_reply
+from .compose import Include, Span, compose, includes_of, library
 
 RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
-PRELUDE_FILE = "_prelude.lua"
+INCLUDES_DIR = "includes"  # lua/includes/<name>.lua: the functions scripts share
 LOST = (RedisConnectionError, RedisTimeoutError)  # redis-py's: the server is away
 
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
@@ -57,6 +59,7 @@ class Header:
     returns: str
     errors: str
     derives: str
+    includes: tuple[str, ...]  # the '-- Includes:' line: what the body calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class Script:
     source: str
     sha: str
     header: Header
+    spans: tuple[Span, ...]  # the line map of source (emq.lua.compose)
+    includes: tuple[str, ...]  # composed into source, in order
 
 
 def parse_header(name: str, source: str) -> Header:
@@ -115,33 +120,36 @@ def parse_header(name: str, source: str) -> Header:
         returns=sections["Returns"],
         errors=sections["Errors"],
         derives=sections["Derives"],
+        includes=includes_of(f"{name}.lua", source),
     )
 
 
-def compose(text: str, prelude: str) -> str:
-    """What the server runs for a script file's ``text``: ``#!lua``, the header, the
-    prelude, the body."""
-    lines = text.splitlines(keepends=True)
-    n = next((i for i, line in enumerate(lines) if not line.startswith("--")), len(lines))
-    return "#!lua\n" + "".join(lines[:n]) + prelude + "".join(lines[n:])
+def build(name: str, text: str, lib: dict[str, Include] | None = None) -> Script:
+    """The script of file ``<name>.lua`` whose text is ``text``: its header parsed, composed
+    with the includes it names (by default the package's), hashed."""
+    header = parse_header(name, text)
+    composed = compose(name, text, LIBRARY if lib is None else lib)
+    sha = hashlib.sha1(composed.source.encode("utf-8")).hexdigest()
+    return Script(name, composed.source, sha, header, composed.spans, composed.includes)
+
+
+def _read_includes() -> dict[str, Include]:
+    folder = resources.files("emq").joinpath("lua").joinpath(INCLUDES_DIR)
+    return library({
+        entry.name[:-4]: entry.read_text(encoding="utf-8")
+        for entry in folder.iterdir() if entry.name.endswith(".lua")
+    })  # fmt: skip
 
 
 def _load_all() -> dict[str, Script]:
-    lua = resources.files("emq").joinpath("lua")
-    prelude = lua.joinpath(PRELUDE_FILE).read_text(encoding="utf-8")
     found: dict[str, Script] = {}
-    for entry in lua.iterdir():
-        if not entry.name.endswith(".lua") or entry.name.startswith("_"):
-            continue
-        name = entry.name[:-4]
-        text = entry.read_text(encoding="utf-8")
-        header = parse_header(name, text)
-        source = compose(text, prelude)
-        sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-        found[name] = Script(name, source, sha, header)
+    for entry in resources.files("emq").joinpath("lua").iterdir():
+        if entry.name.endswith(".lua"):
+            found[entry.name[:-4]] = build(entry.name[:-4], entry.read_text(encoding="utf-8"))
     return found
 
 
+LIBRARY: dict[str, Include] = _read_includes()
 SCRIPTS: dict[str, Script] = _load_all()
 
 

@@ -25,6 +25,7 @@
 -- Errors: none
 -- Derives: lanes:conf HASH, lanes:full SET, lanes:ring ZSET, lane:default:active SET (when
 --   lane mode turns on), events:archived STRING (read only)
+-- Includes: events, lanes, wake
 local k_meta = KEYS[1]
 local k_events = KEYS[2]
 local k_wake = KEYS[3]

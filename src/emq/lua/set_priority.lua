@@ -5,8 +5,8 @@
 -- already waiting at its new priority, or, if it is a lifo job, ahead of them with a fresh
 -- lifo number); a scheduled job keeps its run-at time and enters pending at the new priority
 -- when due. The same priority again changes nothing in the set (the job keeps its place).
--- Safety belt: the row's state and its set must agree (prelude waiting_job), so an active,
--- dead, completed or missing job is refused and nothing is written.
+-- Safety belt: the row's state and its set must agree (includes/rows.lua waiting_job), so
+-- an active, dead, completed or missing job is refused and nothing is written.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -21,6 +21,7 @@
 --         not pending or scheduled
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING
 --   (read only)
+-- Includes: answers, events, lanes, rows
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]

@@ -28,6 +28,7 @@
 --   fired tick for -1)}
 -- Errors: EMQARG when the queue already has 4,096 schedules
 -- Derives: repeat:<key> HASH
+-- Includes: clock
 local k_repeats = KEYS[1]
 local k_repeat_slots = KEYS[2]
 local prefix = ARGV[1]

@@ -23,14 +23,15 @@
 -- ARGV[4] limit        integer most expired leases to handle in this call, 1..10000
 -- Returns: four arrays: {recovered ids}, {dead ids}, {missing ids: found without their row,
 --          dropped from active, counted in metrics 'missing', a 'missing' event each},
---          {cancelled ids: their row has 'cancel' (cancel.lua): dead, cancelled (prelude
---          to_cancelled), not counted as a stall, never recovered}
+--          {cancelled ids: their row has 'cancel' (cancel.lua): dead, cancelled
+--          (includes/cancel.lua to_cancelled), not counted as a stall, never recovered}
 -- Errors: none
 -- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
 --   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
 --   lanes:full SET, done:<id> LIST (result() waiters of a dead job), events:archived STRING
 --   (read only)
+-- Includes: cancel, clock, events, flows, lanes, waiters, wake
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_dead = KEYS[3]

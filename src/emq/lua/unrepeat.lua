@@ -13,6 +13,7 @@
 -- Returns: 1 removed | 0 no such schedule
 -- Errors: none
 -- Derives: repeat:<key> HASH
+-- Includes: clock
 local k_repeats = KEYS[1]
 local k_repeat_slots = KEYS[2]
 local prefix = ARGV[1]

@@ -4,8 +4,9 @@
 -- the next claim of the job hands out the new one. The job keeps its place, priority and
 -- run-at time. An enqueue re-sent later with the job's id and its old payload is then a
 -- conflict (EMQCONFLICT), as for any id reused with another payload. Safety belt: the row's
--- state and its set must agree (prelude waiting_job), so an active job (whose worker holds
--- the old payload), a dead, completed or missing one is refused and nothing is written.
+-- state and its set must agree (includes/rows.lua waiting_job), so an active job (whose
+-- worker holds the old payload), a dead, completed or missing one is refused and nothing is
+-- written.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -20,6 +21,7 @@
 --         not pending or scheduled
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET (read only), events:archived STRING
 --   (read only)
+-- Includes: answers, events, lanes, rows
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]

@@ -1,0 +1,132 @@
+"""What the server runs for a script: its file and the includes it names, as one text.
+
+A script's header names the includes whose functions its body calls, in one line of a fixed
+shape, ``-- Includes: events, lanes`` (sorted, or ``none``); an include in ``lua/includes/``
+names the includes it calls in the same line of its own header. :func:`compose` builds
+``#!lua``, the script's header, every include it needs once (an include's own needs before it),
+then the script's body, and keeps a line map (:func:`place`): which file and line each line of
+the composed text comes from.
+
+Pure: the loader (:mod:`emq.lua.scripts`) reads the files; this module only puts text together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SHEBANG = "#!lua\n"  # line 1 of every script: the server refuses it whole while out of memory
+INCLUDES = "-- Includes:"
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Include:
+    """One file of ``lua/includes/``: its text and the includes it calls."""
+
+    name: str
+    text: str
+    needs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Lines ``first..last`` of a composed text are lines ``start..`` of ``file``."""
+
+    first: int
+    last: int
+    file: str  # "claim.lua", "includes/lanes.lua"
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    source: str  # what is hashed and sent
+    spans: tuple[Span, ...]
+    includes: tuple[str, ...]  # composed in this order, each once
+
+
+def _leading_comments(text: str) -> list[str]:
+    lines = text.splitlines()
+    n = next((i for i, line in enumerate(lines) if not line.startswith("--")), len(lines))
+    return lines[:n]
+
+
+def includes_of(file: str, text: str) -> tuple[str, ...]:
+    """The names on the ``-- Includes:`` line of a file's leading comment block; ValueError
+    unless there is exactly one such line, reading ``none`` or names sorted, each once."""
+    found = [line for line in _leading_comments(text) if line.startswith(INCLUDES)]
+    if len(found) != 1:
+        raise ValueError(f"{file}: the header needs one line '{INCLUDES} <names> | none'")
+    value = found[0][len(INCLUDES) :].strip()
+    if value == "none":
+        return ()
+    names = tuple(value.split(", "))
+    if not all(_NAME.fullmatch(n) for n in names) or list(names) != sorted(set(names)):
+        raise ValueError(f"{file}: '{found[0]}' must name includes sorted, once each, by ', '")
+    return names
+
+
+def library(texts: Mapping[str, str]) -> dict[str, Include]:
+    """The includes from their texts (``{name: text of includes/<name>.lua}``); ValueError if
+    one names an include that does not exist or needs itself, directly or not."""
+    lib = {}
+    for name, text in texts.items():
+        if not text.startswith(f"-- {name}: "):
+            raise ValueError(f"includes/{name}.lua: first line must be '-- {name}: <what>'")
+        text = text if text.endswith("\n") else text + "\n"
+        lib[name] = Include(name, text, includes_of(f"includes/{name}.lua", text))
+    for inc in lib.values():
+        order(inc.needs, lib, f"includes/{inc.name}.lua")
+    return lib
+
+
+def order(names: Iterable[str], lib: Mapping[str, Include], file: str) -> tuple[str, ...]:
+    """``names`` and everything they need, each once, every include after the ones it needs."""
+    done: list[str] = []
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        if name in path:
+            raise ValueError(f"{file}: includes need each other: {' -> '.join([*path, name])}")
+        if name not in lib:
+            raise ValueError(f"{file}: no include named {name!r} (lua/includes/{name}.lua)")
+        path.append(name)
+        for need in lib[name].needs:
+            visit(need)
+        path.pop()
+        done.append(name)
+
+    for name in names:
+        visit(name)
+    return tuple(done)
+
+
+def compose(name: str, text: str, lib: Mapping[str, Include]) -> Composed:
+    """``#!lua``, the header of ``<name>.lua`` (its ``text``), the includes it names with what
+    they need, then its body; with the line map."""
+    lines = text.splitlines(keepends=True)
+    h = len(_leading_comments(text))
+    parts, spans, at = [SHEBANG, *lines[:h]], [Span(2, h + 1, f"{name}.lua", 1)], h + 2
+    composed = order(includes_of(f"{name}.lua", text), lib, f"{name}.lua")
+    for inc in composed:
+        n = lib[inc].text.count("\n")
+        parts.append(lib[inc].text)
+        spans.append(Span(at, at + n - 1, f"includes/{inc}.lua", 1))
+        at += n
+    parts += lines[h:]
+    spans.append(Span(at, at + len(lines) - h - 1, f"{name}.lua", h + 1))
+    return Composed("".join(parts), tuple(spans), composed)
+
+
+def place(spans: Iterable[Span], line: int) -> tuple[str, int] | None:
+    """The file and line of a composed text's ``line`` (1 based), or None (the ``#!lua`` line,
+    or past the end)."""
+    for span in spans:
+        if span.first <= line <= span.last:
+            return span.file, span.start + line - span.first
+    return None
+
