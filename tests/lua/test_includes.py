@@ -1,5 +1,6 @@
 """Includes, named (docs/lua-contract.md, "Includes"): each script composes only the includes its
-``-- Includes:`` line names (and what they need), exactly the ones its body calls."""
+``-- Includes:`` line names (and what they need), exactly the ones its body calls, and an error
+names the line of the file it comes from, not of the composed text."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+import redis
+from redis.exceptions import ResponseError
 
-from emq.lua.compose import SHEBANG, compose, includes_of, library, order, place
-from emq.lua.scripts import LIBRARY, SCRIPTS
+from emq.calls.jobs import QueueCore
+from emq.errors import ScriptError
+from emq.lua.compose import SHEBANG, compose, includes_of, library, located, order, place
+from emq.lua.scripts import LIBRARY, SCRIPTS, Script, build, refusal, run
 
 LUA = resources.files("emq").joinpath("lua")
 _TOKEN = re.compile(
@@ -199,6 +204,101 @@ def test_includes_that_need_each_other_are_refused() -> None:
 def test_an_include_needs_its_name_on_its_first_line() -> None:
     with pytest.raises(ValueError, match="first line"):
         library({"a": "-- b: first\n-- Includes: none\n"})
+
+
+def test_located_tells_each_line_and_keeps_the_rest() -> None:
+    spans = SCRIPTS["claim"].spans
+    inside = next(s for s in spans if s.file == "includes/lanes.lua")
+    own = spans[-1]
+    text = f"user_script:{own.first}: boom script: abc, on @user_script:{own.first}."
+    want = f"claim.lua:{own.start}: boom script: abc, on @claim.lua:{own.start}."
+    assert located(text, "claim", spans) == want
+    text = f"oops script: on @user_script:{inside.first + 2}."
+    assert located(text, "claim", spans) == "oops script: on @includes/lanes.lua:3. (in claim.lua)"
+    assert located("user_script:99999: far", "claim", spans) == "user_script:99999: far"
+
+
+# -- errors from a real server ---------------------------------------------------------------------
+
+BROKEN = """\
+-- broken: nowhere -> nowhere (a test's script, composed like every script)
+--
+-- KEYS[1] meta       HASH    queue flags
+-- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
+-- ARGV[2] where      string  'body': fail in this file; 'include': in an include function
+-- Returns: nothing: it fails
+-- Errors: none
+-- Derives: nothing
+-- Includes: clock, lanes
+local k_meta = KEYS[1]
+local prefix = ARGV[1]
+local where = ARGV[2]
+
+use_lanes(prefix, k_meta)
+local now = server_ms()
+if where == 'include' then
+  return lane_key(nil, 'active')
+end
+error('broken on purpose at ' .. now)
+"""
+
+
+def line_of(text: str, piece: str) -> int:
+    """The 1-based line of ``text`` that holds ``piece`` (exactly one does)."""
+    found = [i for i, line in enumerate(text.splitlines(), start=1) if piece in line]
+    assert len(found) == 1, (piece, found)
+    return found[0]
+
+
+def run_text(client: redis.Redis, script: Script, keys: list[str], args: list[str]) -> None:
+    """Load and run a test's script the way the loader's scripts run (EVALSHA of the composed
+    text), raising its error reply as emq does."""
+    try:
+        assert client.script_load(script.source) == script.sha
+        client.evalsha(script.sha, len(keys), *keys, *args)
+    except ResponseError as exc:
+        raise refusal(exc, script) from None
+
+
+def test_an_error_names_the_scripts_own_line(client: redis.Redis, qname: str) -> None:
+    script = build("broken", BROKEN)
+    prefix = QueueCore(qname).keys.prefix
+    with pytest.raises(ScriptError) as info:
+        run_text(client, script, [prefix + "meta"], [prefix, "body"])
+    line = line_of(BROKEN, "error('broken on purpose")
+    text = str(info.value)
+    assert f"broken.lua:{line}: broken on purpose at " in text, text
+    assert "user_script" not in text and "(in " not in text, text
+
+
+def test_an_error_inside_an_include_names_the_include_line(client: redis.Redis, qname: str) -> None:
+    script = build("broken", BROKEN)
+    prefix = QueueCore(qname).keys.prefix
+    with pytest.raises(ScriptError) as info:
+        run_text(client, script, [prefix + "meta"], [prefix, "include"])
+    line = line_of(LIBRARY["lanes"].text, "return lane_prefix .. 'lane:' .. lane")
+    text = str(info.value)
+    assert f"includes/lanes.lua:{line}: attempt to concatenate" in text, text
+    assert text.endswith("(in broken.lua)") and "user_script" not in text, text
+
+
+def test_a_syntax_error_names_the_scripts_own_line(client: redis.Redis, qname: str) -> None:
+    text = BROKEN.replace("local now = server_ms()", "local now = = server_ms()")
+    with pytest.raises(ScriptError) as info:
+        run_text(client, build("broken", text), [qname], [qname, "body"])
+    line = line_of(text, "= = server_ms()")
+    assert f"broken.lua:{line}: unexpected symbol" in str(info.value), str(info.value)
+
+
+def test_a_real_scripts_error_names_its_line(client: redis.Redis, qname: str) -> None:
+    """A loaded script, dispatched EVALSHA-first by ``run``: an argument no binding would send
+    (a count that is not a number) fails on claim.lua's own line."""
+    core = QueueCore(qname)
+    claim = core.claim(5, 1000)
+    with pytest.raises(ScriptError) as info:
+        run(client, "claim", claim.keys, [*claim.args[:2], "x", *claim.args[3:]])
+    line = line_of(FILES["claim.lua"], "if want <= 0 then")
+    assert f"claim.lua:{line}: attempt to compare" in str(info.value), str(info.value)
 
 
 def test_the_contract_lists_every_include_with_what_it_needs_and_who_names_it() -> None:

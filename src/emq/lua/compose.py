@@ -4,8 +4,9 @@ A script's header names the includes whose functions its body calls, in one line
 shape, ``-- Includes: events, lanes`` (sorted, or ``none``); an include in ``lua/includes/``
 names the includes it calls in the same line of its own header. :func:`compose` builds
 ``#!lua``, the script's header, every include it needs once (an include's own needs before it),
-then the script's body, and keeps a line map (:func:`place`): which file and line each line of
-the composed text comes from.
+then the script's body, and keeps a line map, so the line ``user_script:<N>`` of an error reply
+can be told as the script's own line, ``claim.lua:135``, or an include's,
+``includes/lanes.lua:40`` (:func:`located`).
 
 Pure: the loader (:mod:`emq.lua.scripts`) reads the files; this module only puts text together.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 SHEBANG = "#!lua\n"  # line 1 of every script: the server refuses it whole while out of memory
 INCLUDES = "-- Includes:"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
+_USER_SCRIPT = re.compile(r"user_script:(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +132,21 @@ def place(spans: Iterable[Span], line: int) -> tuple[str, int] | None:
             return span.file, span.start + line - span.first
     return None
 
+
+def located(text: str, name: str, spans: Iterable[Span]) -> str:
+    """An error reply's text with each ``user_script:<N>`` told as ``<file>:<line>``; when a
+    line is in an include, ``(in <name>.lua)`` is added, naming the script that ran it. The
+    rest of the server's text is kept."""
+    spans = tuple(spans)
+    in_include = False
+
+    def told(m: re.Match[str]) -> str:
+        nonlocal in_include
+        where = place(spans, int(m[1]))
+        if where is None:
+            return m[0]
+        in_include = in_include or where[0].startswith("includes/")
+        return f"{where[0]}:{where[1]}"
+
+    out = _USER_SCRIPT.sub(told, text)
+    return f"{out} (in {name}.lua)" if in_include else out

@@ -7,7 +7,9 @@ What the server runs is ``#!lua`` + the file's header + the includes its ``-- In
 names (``lua/includes/<name>.lua``, with the includes they need, each once) + the file's body,
 composed by :mod:`emq.lua.compose`: one text, hashed once, so the sha check and the header test
 see exactly what runs. The ``#!lua`` line makes the server refuse a script whole while it is out
-of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half-way.
+of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half-way. An error
+the server reports at ``user_script:<N>`` is raised naming the file and line it comes from
+(``claim.lua:135``, ``includes/lanes.lua:40``).
 
 Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
 ``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a failover) the source is loaded, the returned
@@ -36,7 +38,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import EmqError, ScriptError, ServerUnreachable, from_reply
-from .compose import Include, Span, compose, includes_of, library
+from .compose import Include, Span, compose, includes_of, library, located, place
 
 RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
 INCLUDES_DIR = "includes"  # lua/includes/<name>.lua: the functions scripts share
@@ -176,14 +178,24 @@ def _name_the_command(text: str, script: Script | None) -> str:
     lines = script.source.splitlines()
     n = int(line[1])
     called = _CALLED.search(lines[n - 1]) if 0 < n <= len(lines) else None
-    return f"{text} (line {n} of {script.name}.lua runs '{called[1].lower()}')" if called else text
+    where = place(script.spans, n)
+    if called is None or where is None:
+        return text
+    return f"{text} (line {where[1]} of {where[0]} runs '{called[1].lower()}')"
+
+
+def _told(text: str, script: Script | None) -> str:
+    """An error reply's text as emq raises it: each ``user_script:<N>`` told as the file and
+    line it comes from (:func:`emq.lua.compose.located`), a refused command named."""
+    text = _name_the_command(text, script)
+    return text if script is None else located(text, script.name, script.spans)
 
 
 def refusal(exc: ResponseError, script: Script | None = None) -> EmqError:
     """The emq error for an error reply: a script's refusal (``EMQ<CLASS>``), a server's
     refusal (:class:`~emq.errors.ServerRefused`, :class:`~emq.errors.ServerOutOfMemory`), or
     else :class:`~emq.errors.ScriptError` (a bug)."""
-    text = _name_the_command(str(exc), script)
+    text = _told(str(exc), script)
     for cls, head in _STRIPPED:
         if isinstance(exc, cls) and not text.startswith(head):
             text = f"{head} {text}"
