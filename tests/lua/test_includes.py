@@ -13,10 +13,13 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
+from emq import Queue
 from emq.calls.jobs import QueueCore
 from emq.errors import ScriptError
 from emq.lua.compose import SHEBANG, compose, includes_of, library, located, order, place
 from emq.lua.scripts import LIBRARY, SCRIPTS, Script, build, refusal, run
+
+from ..support.helpers import assert_consistent, where
 
 LUA = resources.files("emq").joinpath("lua")
 _TOKEN = re.compile(
@@ -150,6 +153,40 @@ def test_the_line_map_tells_every_line_of_the_composed_text(name: str) -> None:
 def test_a_script_without_includes_composes_its_own_text() -> None:
     assert SCRIPTS["node_lease"].includes == ()
     assert SCRIPTS["node_lease"].source == SHEBANG + FILES["node_lease.lua"]
+
+
+def test_promoting_due_jobs_is_one_function_in_claim_and_promote() -> None:
+    for name in ("claim", "promote"):
+        assert "due" in SCRIPTS[name].header.includes
+        assert "promote_due(prefix, k_schedule, k_pending, now, " in FILES[f"{name}.lua"]
+        assert "ZRANGEBYSCORE', k_schedule" not in FILES[f"{name}.lua"]
+
+
+def test_claim_and_promote_move_due_jobs_alike(url: str, qname: str, client: redis.Redis) -> None:
+    """promote_due, shared by both: the same due jobs move to their lanes, with the same events,
+    a rowless id leaves schedule counted as missing, and a job not yet due stays."""
+    for how in ("promote", "claim"):
+        with Queue.from_url(url, f"{qname}-{how}") as q:
+            k = q.core.keys
+            lanes = {"a": None, "b": "t1", "c": None, "d": None}
+            due, laned, gone, later = (
+                q.enqueue(n, delay_ms=60_000, lane=ln) for n, ln in lanes.items()
+            )
+            client.zadd(k.schedule, {due: 1, laned: 2, gone: 3}, xx=True)  # due by the server
+            client.delete(k.job(gone))
+            if how == "promote":
+                assert q.promote_due() == [due, laned]
+            else:
+                claims = q.claim(count=10, lease_ms=60_000)
+                assert sorted(c.id for c in claims) == sorted([due, laned])
+                assert claims.missing == [gone]
+            events = [(f["event"], f["job"], f.get("from")) for _, f in client.xrange(k.events)]
+            assert [e for e in events if e[0] in ("promoted", "missing")] == [
+                ("promoted", due, None), ("promoted", laned, None), ("missing", gone, "schedule")
+            ]  # fmt: skip
+            assert client.hget(k.metrics, "missing") == "1"
+            assert where(client, q.name, later) == ["schedule"]
+            assert_consistent(client, q.name)
 
 
 # -- composing, by hand ----------------------------------------------------------------------------
@@ -291,14 +328,21 @@ def test_a_syntax_error_names_the_scripts_own_line(client: redis.Redis, qname: s
 
 
 def test_a_real_scripts_error_names_its_line(client: redis.Redis, qname: str) -> None:
-    """A loaded script, dispatched EVALSHA-first by ``run``: an argument no binding would send
-    (a count that is not a number) fails on claim.lua's own line."""
+    """The loaded scripts, dispatched EVALSHA-first by ``run``: an argument no binding would
+    send (a count that is not a number) fails on claim.lua's own line, and a limit that is
+    not a number fails in promote_due, on its include's line."""
     core = QueueCore(qname)
     claim = core.claim(5, 1000)
     with pytest.raises(ScriptError) as info:
         run(client, "claim", claim.keys, [*claim.args[:2], "x", *claim.args[3:]])
     line = line_of(FILES["claim.lua"], "if want <= 0 then")
     assert f"claim.lua:{line}: attempt to compare" in str(info.value), str(info.value)
+    promote = core.promote_due(10)
+    with pytest.raises(ScriptError) as info:
+        run(client, "promote", promote.keys, [*promote.args[:2], "x"])
+    line = line_of(LIBRARY["due"].text, "redis.call('ZRANGEBYSCORE'")
+    text = str(info.value)
+    assert f"@includes/due.lua:{line}." in text and text.endswith("(in promote.lua)"), text
 
 
 def test_the_contract_lists_every_include_with_what_it_needs_and_who_names_it() -> None:

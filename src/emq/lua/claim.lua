@@ -44,7 +44,7 @@
 -- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), rate ZSET (claim log),
 --   lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH, lane:<L>:pending ZSET,
 --   lane:<L>:active SET, lane:<L>:rate ZSET, wake LIST, events:archived STRING (read only)
--- Includes: clock, events, lanes
+-- Includes: clock, due, events, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -133,20 +133,7 @@ if q_most > 0 then
   want = math.min(want, free)
 end
 
-local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, count)
-for _, id in ipairs(due) do
-  local row = prefix .. 'job:' .. id
-  redis.call('ZREM', k_schedule, id)
-  local f = redis.call('HMGET', row, 'priority', 'lane', 'lifo')
-  if f[1] then
-    to_pending(k_pending, id, f[1], f[2], f[3])
-    redis.call('HSET', row, 'state', 'pending')
-    emit('event', 'promoted', 'job', id)
-  else
-    missing[#missing + 1] = id
-    emit('event', 'missing', 'job', id, 'from', 'schedule')
-  end
-end
+promote_due(prefix, k_schedule, k_pending, now, count, false, missing)
 
 local logged = {}  -- 'id:token' of each lease, for the queue's rate log
 local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end

@@ -1,9 +1,9 @@
 -- promote: schedule -> pending (due jobs)
 --
--- Moves jobs whose run-at time has come (score <= now, server clock) to pending, at most
--- limit per call. claim also promotes before it pops; this script serves the maintenance
--- beat so that due jobs wake parked workers. Safety belt: ZREM and ZADD are in this one step;
--- each job goes to its own lane.
+-- Moves jobs whose run-at time has come (score <= now, server clock) to pending, at most limit
+-- per call (includes/due.lua promote_due, which claim also runs before it pops); this script
+-- serves the maintenance beat so that due jobs wake parked workers. Safety belt: ZREM and ZADD
+-- are in this one step; each job goes to its own lane.
 --
 -- KEYS[1] schedule   ZSET    delayed jobs, score = run-at ms
 -- KEYS[2] pending    ZSET    waiting jobs, score = priority
@@ -19,7 +19,7 @@
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, events:archived STRING
 --   (read only)
--- Includes: clock, events, lanes, wake
+-- Includes: clock, due, events, lanes, wake
 local k_schedule = KEYS[1]
 local k_pending = KEYS[2]
 local k_events = KEYS[3]
@@ -34,24 +34,9 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local now = server_ms()
-local out = {}
-local missing = 0
-local due = redis.call('ZRANGEBYSCORE', k_schedule, '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(due) do
-  local row = prefix .. 'job:' .. id
-  redis.call('ZREM', k_schedule, id)
-  local f = redis.call('HMGET', row, 'priority', 'lane', 'lifo')
-  if f[1] then
-    to_pending(k_pending, id, f[1], f[2], f[3])
-    redis.call('HSET', row, 'state', 'pending')
-    out[#out + 1] = id
-    emit('event', 'promoted', 'job', id)
-  else
-    missing = missing + 1
-    emit('event', 'missing', 'job', id, 'from', 'schedule')
-  end
-end
-if missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', missing) end
+local out, missing = {}, {}
+promote_due(prefix, k_schedule, k_pending, now, limit, out, missing)
+if #missing > 0 then redis.call('HINCRBY', k_metrics, 'missing', #missing) end
 if #out > 0 then
   wake(k_wake, #out)
 end
