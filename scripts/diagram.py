@@ -52,8 +52,8 @@ NOT_EDGES: frozenset[Edge] = frozenset(
 )
 
 # A flow's parent leaves `waiting` inside the step that finishes its last child (complete,
-# fail, sweep_stalled, cancel, remove: the prelude's flow_count), so no transition of its
-# own names it (see the comment at enqueue_flow in states.py).
+# fail, sweep_stalled, cancel, remove: flow_count in lua/includes/flows.lua), so no
+# transition of its own names it (see the comment at enqueue_flow in states.py).
 RELEASES: tuple[Edge, ...] = (
     (W, P, "last child finished"),
     (W, D, "child died (fail_parent)"),

@@ -5,16 +5,17 @@ The I/O-free half: :func:`flow_plan` validates a whole tree before anything is s
 tree touches, each all or nothing, parents' steps first. A node with children waits in
 ``waiting`` until its last child finishes; the finishing scripts (complete, fail,
 sweep_stalled, cancel, remove) keep the bookkeeping in the same step as the child's own
-change (prelude ``flow_child_done``), and a child in another queue reaches its parent
-through its queue's outbox (below).
+change (``flow_child_done``, ``lua/includes/flows.lua``), and a child in another queue
+reaches its parent through its queue's outbox (below).
 
 **The outbox**: how a flow's child tells a parent in another queue (docs/flows.md).
 
 A script can touch one slot only, and two queues may live on two cluster nodes. So a
 child's end whose parent is in another queue is recorded in the child's own slot, in its
-queue's ``outbox`` HASH, in the same step as the end itself (prelude ``flow_child_done``);
-likewise a waiting parent cancelled or removed leaves a ``cancel:`` entry for each child
-in another queue (prelude ``cancel_children``). Delivery is a second, idempotent step,
+queue's ``outbox`` HASH, in the same step as the end itself (``flow_child_done``,
+``lua/includes/flows.lua``); likewise a waiting parent cancelled or removed leaves a
+``cancel:`` entry for each child in another queue (``cancel_children``,
+``lua/includes/cancel.lua``). Delivery is a second, idempotent step,
 run by the maintenance beat of the queue that holds the outbox: :func:`plan` reads the
 entries, each ``done:`` entry is counted in the parent's slot by ``deliver_flow.lua``
 (only while the child is unfinished there, so a replay counts nothing), each ``cancel:``

@@ -4,7 +4,7 @@ Every transition script appends its events to ``emq:{<queue>}:events`` inside th
 as the transition, so an event exists if and only if its transition happened. Each entry has
 an ``event`` field (its name) and, for job events, a ``job`` field; :data:`EVENT_FIELDS` lists
 every other field per name (``docs/events.md`` is the prose form, and a test checks both
-against the ``emit(...)`` calls of every ``lua/*.lua`` file).
+against the ``emit(...)`` calls of every ``lua/*.lua`` and ``lua/includes/*.lua`` file).
 
 The readers of the stream are in :mod:`emq.queue._async.stream` (and its sync twin); what
 they decode is here.

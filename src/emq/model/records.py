@@ -96,10 +96,10 @@ class Claims(list[Claimed]):
 
 class Answer(StrEnum):
     """The closed set of per-job answers of the finishing scripts (``ANSWER`` in
-    ``lua/_prelude.lua``). ``LOST``: the job exists but the token no longer holds its lease;
-    ``GONE``: the job has no row (completed, or removed); ``CANCELLED``: the job was cancelled
-    (``Queue.cancel``): it is dead with its row's ``cancelled`` set, or (extend) its worker
-    should stop it."""
+    ``lua/includes/answers.lua``). ``LOST``: the job exists but the token no longer holds its
+    lease; ``GONE``: the job has no row (completed, or removed); ``CANCELLED``: the job was
+    cancelled (``Queue.cancel``): it is dead with its row's ``cancelled`` set, or (extend) its
+    worker should stop it."""
 
     COMPLETED = "completed"
     LOST = "lost"
