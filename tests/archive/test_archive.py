@@ -21,6 +21,8 @@ from emq.model.events import Event
 from emq.model.keys import QueueKeys
 from emq.queue._sync.stream import read_range
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 # --- shared helpers -----------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ from emq.model.checks import parse_when
 from emq.model.events import Event, id_after
 from emq.queue._sync.stream import read_range
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def ids(hits: list[Hit]) -> list[str]:
     return [h.job_id for h in hits]

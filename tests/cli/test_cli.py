@@ -13,6 +13,8 @@ from emq.cli.main import cli
 
 from ..support.helpers import expire_leases
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)

@@ -24,6 +24,8 @@ from emq.model.keys import QueueKeys
 from ..support.helpers import expire_leases, where
 from ..support.lanes_check import check_lanes
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def events(client: redis.Redis, queue: str, name: str) -> list[dict[str, str]]:
     """The fields of every event called ``name`` in the queue's stream, oldest first."""

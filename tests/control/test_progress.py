@@ -26,6 +26,8 @@ from emq import (
 
 from ..support.helpers import assert_consistent, expire_leases, until
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 HANG = 60.0  # bounds a hang, never a speed
 
 

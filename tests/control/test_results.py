@@ -27,6 +27,8 @@ from emq.model.keys import QueueKeys
 
 from ..support.helpers import assert_consistent, expire_leases, node_of
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 HANG = 60.0  # bounds a hang, never a speed
 RESULTS = QueueOptions(result_ttl_ms=60_000)
 

@@ -30,6 +30,8 @@ from emq.dashboard.web import Dash
 from emq.embedded.standalone import free_port
 from emq.model.ids import minted_at_ms
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 HTML = {"accept": "text/html"}
 TOKEN = "dashboard-token-for-tests-0123456789"
 BOUND_S = 30.0  # bounds a hang, never a speed

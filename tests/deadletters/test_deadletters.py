@@ -21,6 +21,8 @@ from emq.queue._sync import deadletters as dl
 
 from ..support.helpers import assert_consistent, make_dead
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def pending(queue: Queue) -> set[str]:
     return {j.id for j in queue.jobs("pending", 0, 10_000)}

@@ -25,6 +25,8 @@ from ..support.flows_check import check_flows
 from ..support.helpers import expire_leases
 from ..support.lanes_check import check_lanes
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def take(q: Queue, n: int = 100) -> dict[str, Any]:
     """Claim everything claimable: id -> Claimed."""

@@ -30,6 +30,8 @@ from ..support.flows_check import check_flows
 from ..support.helpers import until
 from ..worker.test_worker_procs import HANG
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 @pytest.fixture
 def kids(url: str, qname: str) -> Iterator[Queue]:

@@ -16,6 +16,8 @@ from ..support.flows_check import check_flows
 from ..support.helpers import until
 from ..worker.test_worker_procs import HANG
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def test_chain_and_group_build_the_trees_they_name() -> None:
     a, b, c = JobSpec("a"), JobSpec("b"), JobSpec("c")

@@ -15,6 +15,8 @@ from emq.model.events import parse_id
 from ..support.helpers import expire_leases
 from ..support.lanes_check import check_lanes
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def lanes_of(jobs: list) -> list[str | None]:
     return [j.lane for j in jobs]

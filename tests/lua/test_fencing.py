@@ -10,6 +10,8 @@ from emq import Answer, Claimed, LeaseLost, Queue
 
 from ..support.helpers import assert_consistent, expire_leases, where
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def _snapshot(client: redis.Redis, queue: Queue, job_id: str) -> tuple[object, ...]:
     k = queue.core.keys

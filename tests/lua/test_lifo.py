@@ -15,6 +15,8 @@ from emq.cli.main import cli
 
 from ..support.helpers import assert_consistent, expire_leases
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 P_MAX, P_MIN = 2**31 - 1, -(2**31)
 
 

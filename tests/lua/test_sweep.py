@@ -13,6 +13,8 @@ from emq import Queue
 
 from ..support.helpers import assert_consistent, expire_leases, node_of, where
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 PROCS = 4
 
 

@@ -10,6 +10,8 @@ from emq.model.keys import QueueKeys
 
 from ..support.helpers import assert_consistent, where
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def server_ms(client: redis.Redis) -> int:
     """The server's clock in ms (the clock every lease and due time is on)."""

@@ -26,6 +26,8 @@ from emq.observe.registry import list_workers
 
 from ..support.helpers import until
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 

@@ -24,6 +24,8 @@ from emq.server.discovery import SCANNED, aqueue_names, queue_names
 
 from ..support.helpers import until
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def run_cli(*args: str) -> Any:
     result = CliRunner().invoke(cli, [*args, "--json"])

@@ -2,7 +2,7 @@
 node's URL, every key of a queue in one slot, scripts reloaded on the owning node after a
 flush, queues on every node served by one worker, durability waiting for the slot's replica,
 and a queue's slot moved to another node while a worker runs, with no job lost or run twice.
-The core, worker and archive suites also run here (tests/conftest.py, CLUSTER_SUITES)."""
+The core, worker and archive suites also run here (each says so: pytest.mark.servers)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ from emq.server.clients import is_cluster_client, node_client, sync_client
 
 from ..conftest import ClusterServer
 from ..support.helpers import assert_consistent
+
+pytestmark = pytest.mark.servers("cluster")  # clusters of its own, of Valkey and of Redis
 
 HANG = 60.0  # bounds a hang, never a speed
 

@@ -31,6 +31,8 @@ from emq.server.clients import sync_client
 
 from ..support.helpers import assert_consistent
 
+pytestmark = pytest.mark.servers("cluster")  # a cluster of its own
+
 HANG = 90.0
 TESTS = Path(__file__).parents[1]  # tests/
 CLI = "from emq.cli.main import main; main()"

@@ -15,6 +15,8 @@ from emq.cli.main import cli
 from emq.embedded.cluster import SLOTS, EmbeddedCluster
 from emq.errors import ServerError
 
+pytestmark = pytest.mark.servers("cluster")  # clusters of its own
+
 
 def _slot_owners(client: redis.RedisCluster) -> dict[int, str]:
     """slot -> primary node name, from CLUSTER SLOTS."""

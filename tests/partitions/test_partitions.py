@@ -43,6 +43,8 @@ from emq.queue._sync.partition_count import expand_queues
 
 from ..support.helpers import until
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 THREE = QueueOptions(partitions=3)
 HANG = 60.0  # bounds a hang, never a speed
 

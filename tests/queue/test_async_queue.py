@@ -11,6 +11,8 @@ from emq import AsyncQueue, LeaseLost
 
 from ..support.helpers import assert_consistent, expire_leases
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 async def test_full_lifecycle(aqueue: AsyncQueue, client: redis.Redis) -> None:
     ids = await aqueue.enqueue_many([("x", {"i": i}) for i in range(10)])

@@ -26,6 +26,8 @@ from emq.model.keys import QueueKeys
 from ..support.helpers import assert_consistent, where
 from ..support.lanes_check import check_lanes
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 MISSING = "JOB0000000000A"
 
 Edit = Callable[[Queue, str], Any]

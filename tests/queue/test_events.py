@@ -22,6 +22,8 @@ from emq.model.events import EVENT_FIELDS, JOB_EVENTS, OPTIONAL_FIELDS, Event, i
 
 from ..support.helpers import expire_leases, node_of
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 HANG = 60.0  # waits poll for a condition: this only bounds a hang, never a speed
 

@@ -9,6 +9,8 @@ from click.testing import CliRunner
 
 from emq.cli.main import cli
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def _lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines() if line.strip()]

@@ -26,6 +26,8 @@ from emq.model.keys import QueueKeys
 
 from ..support.lanes_check import check_lanes
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 
 def server_ms(client: redis.Redis) -> int:
     seconds, micros = client.time()

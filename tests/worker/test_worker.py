@@ -20,6 +20,8 @@ from emq.worker.heartbeat import Lease
 
 from ..support.helpers import assert_consistent, expire_leases, node_of, until
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 # Every wait below polls for a condition; this deadline only bounds a hang, never a speed:
 # a busy machine may take many times longer than an idle one and must still pass.

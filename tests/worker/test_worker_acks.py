@@ -26,6 +26,8 @@ from emq.worker import Cancelled
 
 from ..support.helpers import assert_consistent, expire_leases, until, where
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 FIXED = Backoff(kind="fixed", base_ms=0, jitter=0.0)
 HANG = 60.0  # every wait polls for a condition: this only bounds a hang, never a speed
 

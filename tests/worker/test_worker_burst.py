@@ -17,6 +17,8 @@ import pytest
 
 from emq import JobContext, Queue, Worker, WorkerOptions
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+
 ROOT = Path(__file__).parents[2]
 CLI = "from emq.cli.main import main; main()"
 TASKS = """
