@@ -2,8 +2,8 @@
 
 A :class:`Runner` lives for one :meth:`emq.worker.Worker.run` and owns its whole lifecycle
 (:meth:`Runner.run`): start the heartbeat, the maintenance beat and the ack flusher, claim
-until stopped, drain (:mod:`.shutdown`), tear down, and raise
-:class:`~emq.errors.WorkerFailed` if a component failed. The hot path is two script
+until stopped, drain (:meth:`Runner.drain`, from the steps of :mod:`.shutdown`), tear down,
+and raise :class:`~emq.errors.WorkerFailed` if a component failed. The hot path is two script
 calls per batch, whatever its size: one ``claim`` for up to the free slots and one
 ``complete`` for the handlers that finished together. A slot frees when its handler returns
 (:mod:`.execute`); its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import signal
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .presence import Presence
 from .progress import Progress
-from .shutdown import drain
+from .shutdown import flush_acks, give_back, wait_until
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -151,7 +152,7 @@ class Runner:
         self.event("info", "worker started", "started", queues=names, concurrency=o.concurrency,
                    lease_ms=o.lease_ms, handlers=sorted(self.handlers))  # fmt: skip
         try:
-            for part, step in (("claim", self.claim_loop), ("drain", lambda: drain(self, flusher))):
+            for part, step in (("claim", self.claim_loop), ("drain", lambda: self.drain(flusher))):
                 try:
                     await step()
                 except Exception as exc:  # a bug: stop, hand back what can be, then raise
@@ -244,6 +245,31 @@ class Runner:
         if self.ready or self.acks.outstanding:
             return False
         return all(j.settled for j in self.slots.live)
+
+    async def drain(self, flusher: asyncio.Task[None]) -> None:
+        """A graceful stop (docs/worker.md#shutdown), once claiming has stopped: give back
+        what has not started, wait up to ``grace_ms`` for the running handlers, interrupt
+        the rest, then flush every ack."""
+        grace_ms = self.options.grace_ms
+        deadline = time.monotonic() + grace_ms / 1000
+        unstarted = list(self.ready)
+        self.ready.clear()
+        await give_back(unstarted, self.outage, self.hb.drop, self.report, deadline)
+        if running := self._running():
+            self.event("info", "waiting for running jobs", "draining", running=len(running),
+                       grace_ms=grace_ms)  # fmt: skip
+            await wait_until(lambda: not self._running(), self.room, deadline)
+        late = self._running()
+        for job in late:
+            self.slots.interrupt(job, "shutdown")
+        tasks = [j.task for j in late if j.task is not None and not j.task.done()]
+        if tasks:  # let cancelled async handlers unwind
+            await asyncio.wait(tasks, timeout=1.0)
+        await flush_acks(self.acks.close, flusher, deadline)
+
+    def _running(self) -> list[Held]:
+        """Started jobs whose outcome is not decided yet."""
+        return [j for j in self.live if not j.settled]
 
     # -- claiming -------------------------------------------------------------------------
 

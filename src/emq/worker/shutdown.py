@@ -1,4 +1,5 @@
-"""Graceful shutdown of one run.
+"""The steps of a graceful stop, each given only what it needs; :meth:`.runner.Runner.drain`
+runs them in order.
 
 On the first SIGTERM/SIGINT (or :meth:`Worker.stop`): stop claiming; give back every job
 claimed but not started with ``delay 0`` (back to ``pending``, no attempt spent: ``delay``
@@ -14,65 +15,61 @@ import asyncio
 import contextlib
 import functools
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from ..model.records import Answer
-from .connect import retry
+from .connect import Outage, retry
 from .execute import Held
+from .heartbeat import Lease
+from .log import Report, event
 
-if TYPE_CHECKING:
-    from .runner import Runner
+REFUSED = (Answer.LOST, Answer.GONE)
 
 
-async def drain(run: Runner, flusher: asyncio.Task[None]) -> None:
-    deadline = time.monotonic() + run.options.grace_ms / 1000
-    await give_back(run, deadline)
-    running = [j for j in run.live if not j.settled]
-    if running:
-        run.event(
-            "info",
-            "waiting for running jobs",
-            "draining",
-            running=len(running),
-            grace_ms=run.options.grace_ms,
-        )
-        while any(not j.settled for j in run.live) and time.monotonic() < deadline:
-            run.room.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.room.wait(), max(0.0, deadline - time.monotonic()))
-    late = [j for j in run.live if not j.settled]
-    for job in late:
-        run.slots.interrupt(job, "shutdown")
-    tasks = [j.task for j in late if j.task is not None and not j.task.done()]
-    if tasks:  # let cancelled async handlers unwind
-        await asyncio.wait(tasks, timeout=1.0)
-    run.acks.close()
+async def give_back(
+    jobs: list[Held], outage: Outage, drop: Callable[[Lease], None], report: Report,
+    deadline: float,
+) -> None:  # fmt: skip
+    """Return ``jobs`` (claimed, not started) to ``pending``: one ``delay`` call per queue,
+    re-sent through an outage until the monotonic ``deadline``; each job is then no longer
+    renewed (``drop``). A refused one is a lost lease, a cancelled one is dead."""
+    by_queue: dict[str, list[Held]] = {}
+    for job in jobs:
+        by_queue.setdefault(job.queue, []).append(job)
+    stats = report.stats
+    for group in by_queue.values():
+        q = group[0].q
+        for j in group:
+            j.finishing = True
+        send = functools.partial(q.delay_many, [(j.id, j.token, 0) for j in group])
+        answers, _ = await retry(outage, "give_back", send, deadline=deadline)
+        got = answers or [Answer.LOST] * len(group)
+        for job, answer in zip(group, got, strict=True):
+            drop(job)
+            if answer in REFUSED:
+                report.lost(job, "delay")
+            elif answer == Answer.CANCELLED:  # a cancel was requested: dead, not given back
+                stats.cancelled += 1
+            else:
+                stats.given_back += 1
+        n = sum(1 for a in got if a not in REFUSED)
+        event(report.log, "info", "gave back unstarted jobs", "given_back", queue=q.name, count=n)
+
+
+async def wait_until(done: Callable[[], bool], changed: asyncio.Event, deadline: float) -> None:
+    """Wait until ``done()`` or the monotonic ``deadline``, looking again each time
+    ``changed`` is set."""
+    while not done() and time.monotonic() < deadline:
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), max(0.0, deadline - time.monotonic()))
+
+
+async def flush_acks(
+    close: Callable[[], None], flusher: asyncio.Task[None], deadline: float
+) -> None:
+    """Let the ack flusher send what is queued and end (``close``), for at least 1 s and up to
+    the monotonic ``deadline``."""
+    close()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(flusher), max(1.0, deadline - time.monotonic()))
-
-
-async def give_back(run: Runner, deadline: float) -> None:
-    """Return unstarted jobs to ``pending`` (one ``delay`` call per queue)."""
-    by_queue: dict[str, list[Held]] = {}
-    while run.ready:
-        job = run.ready.popleft()
-        by_queue.setdefault(job.queue, []).append(job)
-    for jobs in by_queue.values():
-        q = jobs[0].q
-        items = [(j.id, j.token, 0) for j in jobs]
-        for j in jobs:
-            j.finishing = True
-        send = functools.partial(q.delay_many, items)
-        answers, _ = await retry(run.outage, "give_back", send, deadline=deadline)
-        refused = (Answer.LOST, Answer.GONE)
-        got = answers or [Answer.LOST] * len(jobs)
-        for job, answer in zip(jobs, got, strict=True):
-            run.hb.drop(job)
-            if answer in refused:
-                run.count_lost(job, "delay")
-            elif answer == Answer.CANCELLED:  # a cancel was requested: dead, not given back
-                run.stats.cancelled += 1
-            else:
-                run.stats.given_back += 1
-        n = sum(1 for a in got if a not in refused)
-        run.event("info", "gave back unstarted jobs", "given_back", queue=q.name, count=n)
