@@ -15,8 +15,8 @@ import redis
 from emq import AsyncQueue, Backoff, JobContext, LeaseLost, Permanent, Queue, Worker, WorkerOptions
 from emq.worker.acks import Ack, AckBuffer
 from emq.worker.connect import Outage
-from emq.worker.execute import Outcome
 from emq.worker.heartbeat import Lease
+from emq.worker.outcome import Complete, Fail
 
 from ..support.helpers import assert_consistent, expire_leases, node_of, until
 
@@ -428,9 +428,9 @@ async def test_ack_whose_reply_was_lost_is_settled_from_the_row(
         outage, logging.getLogger("test"), lambda ack, ans: answers.update({ack.lease.id: ans})
     )
     lossy = _ReplyLost(aq)
-    ok = Ack(lossy, Lease(qname, a, claimed[a].token), Outcome("complete"))  # type: ignore[arg-type]
+    ok = Ack(lossy, Lease(qname, a, claimed[a].token), Complete())  # type: ignore[arg-type]
     await buf.flush([ok])
-    bad = Ack(_ReplyLost(aq), Lease(qname, b, claimed[b].token), Outcome("fail", "e", True, FIXED))  # type: ignore[arg-type]
+    bad = Ack(_ReplyLost(aq), Lease(qname, b, claimed[b].token), Fail("e", True, FIXED))  # type: ignore[arg-type]
     await buf.flush([bad])
     assert answers == {a: "completed", b: "scheduled"}
     assert buf.uncertain == 2

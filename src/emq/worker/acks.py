@@ -1,5 +1,5 @@
-"""Batched acknowledgements: outcomes queued by the loop and sent as one ``complete`` and one
-``fail`` call per queue.
+"""Batched acknowledgements: outcomes queued by the loop and sent as one call per outcome
+member (:mod:`.outcome`: ``complete``, ``fail``, ...) and queue.
 
 There is no fixed gathering delay. The flusher sends what is queued on the loop's next turn,
 so the handlers that finished together share a call; while a send is in flight new outcomes
@@ -18,8 +18,9 @@ lease. The worker does not guess: it reads the row. For ``complete``, a missing 
 job was completed (by this attempt, or by a later run if the lease lapsed meanwhile: either
 way it is completed once, G4), counted as an ``uncertain_ack``; so does a row kept completed
 (results, ``keep_completed``) that carries this attempt's token. For ``fail``, the row still
-carrying this attempt's token in ``schedule`` or ``dead`` means the fail was applied. Anything
-else is a real ``lease_lost``: the result is discarded and the job runs again elsewhere.
+carrying this attempt's token in ``schedule`` or ``dead`` means the fail was applied. Each
+member says what its row shows (:meth:`~.outcome.Complete.applied`). Anything else is a real
+``lease_lost``: the result is discarded and the job runs again elsewhere.
 """
 
 from __future__ import annotations
@@ -27,32 +28,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ..model.records import Answer
 from ..queue._async.queue import AsyncQueue
 from .connect import Outage, retry
-from .execute import Outcome
 from .heartbeat import Lease
 from .log import event
+from .outcome import Ack
+
+__all__ = ["Ack", "AckBuffer"]
 
 CHUNK = 1_000
 T = TypeVar("T")
-
-
-@dataclass(eq=False, slots=True)
-class Ack:
-    queue: AsyncQueue
-    lease: Lease
-    outcome: Outcome
-
+REFUSED = (Answer.LOST, Answer.GONE)
 
 Report = Callable[[Ack, str], None]
 """Called once per ack with the server's answer: "completed", "scheduled", "dead", "lost"."""
-
-
-DONE = ("complete", "child")  # the outcome kinds that complete a job
 
 
 class AckBuffer:
@@ -109,50 +101,37 @@ class AckBuffer:
                 return
 
     async def flush(self, batch: list[Ack]) -> None:
-        groups: dict[tuple[AsyncQueue, str], list[Ack]] = {}
+        """Send ``batch``: one call per queue and outcome member (chunks of 1,000)."""
+        groups: dict[tuple[AsyncQueue, type], list[Ack]] = {}
         for ack in batch:
-            key = (ack.queue, ack.outcome.kind)
+            key = (ack.queue, type(ack.outcome))
             group = groups.get(key)
             if group is None:
                 groups[key] = [ack]
             else:
                 group.append(ack)
-        for (_, kind), acks in groups.items():
+        for acks in groups.values():
             for start in range(0, len(acks), CHUNK):
-                await self._send(kind, acks[start : start + CHUNK])
+                await self._send(acks[start : start + CHUNK])
 
     async def _retry(self, where: str, send: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Re-send until it lands (an ack is never dropped for a server error)."""
         result, retried = await retry(self._outage, where, send)
         return cast(T, result), retried  # no stop, no deadline: it returns only on success
 
-    async def _send(self, kind: str, acks: list[Ack]) -> None:
-        q = acks[0].queue
-        answers: list[Answer]
+    async def _send(self, acks: list[Ack]) -> None:
+        """The acks of one queue and one member, in the member's own call."""
+        q, member = acks[0].queue, acks[0].outcome
         if self._before is not None:
             await self._before(a.lease for a in acks)
-        if kind == "complete":
-            answers, retried = await self._retry("complete", _completion(q, acks, self._keeps))
-        elif kind == "child":  # a flow's child: its result is kept for its parent
-            kids = [(a.lease.id, a.lease.token, a.outcome.result, 0) for a in acks]
-            answers, retried = await self._retry("complete", lambda: q.complete_results(kids))
-        elif kind == "hold":  # RateLimited: back to pending, no attempt spent, the lane held
-            holds = [
-                (a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks
-            ]
-            answers, retried = await self._retry("hold", lambda: q.delay_many(holds))
-        else:
-            items = [
-                (a.lease.id, a.lease.token, a.outcome.error, a.outcome.retry, a.outcome.backoff)
-                for a in acks
-            ]
-            answers, retried = await self._retry("fail", lambda: q.fail_many(items))
+        call = member.call(q, cast(Any, acks), self._keeps)  # one member: see flush
+        answers, retried = await self._retry(member.where, call)
         for ack, answer in zip(acks, answers, strict=True):
-            if answer in (Answer.LOST, Answer.GONE):
-                answer = await self._settle(kind, ack) if retried else Answer.LOST
+            if answer in REFUSED:
+                answer = await self._settle(ack) if retried else Answer.LOST
             self._report(ack, answer)
 
-    async def _settle(self, kind: str, ack: Ack) -> Answer:
+    async def _settle(self, ack: Ack) -> Answer:
         """A re-sent ack was refused: find out from the row whether the first send landed."""
         q, lease = ack.queue, ack.lease
         row: Any
@@ -161,41 +140,11 @@ class AckBuffer:
             lambda: q.client.hmget(q.core.keys.job(lease.id), ["token", "state", "cancelled"]),
         )
         token, state, cancelled = row
-        if cancelled is not None and token == str(lease.token) and kind not in DONE:
-            answer = Answer.CANCELLED  # a fail or hold of a cancelled job: dead, cancelled
-        elif kind in DONE and (
-            token is None or (state == "completed" and token == str(lease.token))
-        ):  # deleted, or kept completed by this attempt (results, keep_completed)
-            answer = Answer.COMPLETED
-        elif kind == "fail" and token == str(lease.token) and state in ("scheduled", "dead"):
-            answer = Answer.SCHEDULED if state == "scheduled" else Answer.DEAD
-        elif kind == "hold" and token == str(lease.token) and state == "pending":
-            answer = Answer.PENDING
-        else:
+        answer = ack.outcome.applied(token, state, cancelled, str(lease.token))
+        if answer is None:
             return Answer.LOST
         self.uncertain += 1
         event(self._log, "warning", "an acknowledgement's reply was lost; the row shows it "
-              "was applied", "uncertain_ack", queue=q.name, job=lease.id, kind=kind,
+              "was applied", "uncertain_ack", queue=q.name, job=lease.id, kind=ack.outcome.kind,
               settled=answer)  # fmt: skip
         return answer
-
-
-def _completion(
-    q: AsyncQueue, acks: list[Ack], keeps: bool
-) -> Callable[[], Awaitable[list[Answer]]]:
-    """The complete call of a batch: plain (pairs only) unless the queue keeps results or
-    completed jobs or an outcome carries a result to keep; then each job keeps what its own
-    outcome says (a handler's ``result_ttl_ms=0`` keeps no result on a queue that does).
-    ``keeps`` False: nothing in this worker keeps anything, so no outcome is looked at."""
-    options = q.core.options
-    if keeps and (
-        options.keep_completed
-        or options.result_ttl_ms
-        or any(a.outcome.result_ttl_ms for a in acks)
-    ):
-        kept = [
-            (a.lease.id, a.lease.token, a.outcome.result, a.outcome.result_ttl_ms) for a in acks
-        ]
-        return lambda: q.complete_results(kept)
-    pairs = [(a.lease.id, a.lease.token) for a in acks]
-    return lambda: q.complete_many(pairs)

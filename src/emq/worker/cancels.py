@@ -27,15 +27,14 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from .execute import Held, Outcome, Slots
+from .execute import Held, Slots
 from .heartbeat import Lease
 from .log import event
 from .options import WorkerStats
+from .outcome import Discard, Fail, Outcome
 
-CANCELLED = Outcome("fail", "cancelled: the handler was stopped", retry=False, why="cancelled")
-ABANDONED = Outcome(
-    "fail", "cancelled: the handler ran past cancel_grace_ms", retry=False, why="cancelled"
-)
+CANCELLED = Fail("cancelled: the handler was stopped", retry=False, why="cancelled")
+ABANDONED = Fail("cancelled: the handler ran past cancel_grace_ms", retry=False, why="cancelled")
 
 
 class Cancels:
@@ -89,7 +88,7 @@ class Cancels:
         timer = self.jobs.pop(job)
         if timer is not None:
             timer.cancel()
-        if outcome.kind == "discard" or outcome.why == "cancelled":
+        if isinstance(outcome, Discard) or outcome.why == "cancelled":
             return outcome
         return CANCELLED
 

@@ -3,17 +3,7 @@ tell the server. No server I/O happens here; outcomes are queued for a batched a
 
 Rules (each one tested):
 
-- the handler returned: ``complete``, carrying its return value's JSON text when its handler
-  or its queue keeps results (``result_ttl_ms``); a value that is not JSON then fails the
-  attempt with no retry (``bad_result``: the handler ran, its result cannot be kept);
-- it raised :class:`~emq.worker.Permanent`: ``fail`` with no retry (straight to ``dead``);
-- it raised :class:`~emq.RateLimited`: ``delay`` back to pending without spending an attempt,
-  holding its lane (or the lane named, or the whole queue) for ``retry_in_ms``, fleet-wide;
-- it raised anything else, or ran past its timeout: ``fail`` with a retry while the handler's
-  ``max_attempts`` allows it (the row's own ``max_attempts`` is enforced by ``fail.lua``);
-- its lease was lost meanwhile: ``discard``; its result is never sent (G4);
-- the worker is shutting down past its grace period: ``fail`` with a retry (the attempt ran,
-  so it counts).
+What each way an attempt can end is sent as: :mod:`.outcome` (each rule there is tested).
 
 An attempt's outcome is decided once (``settled``), by whichever comes first: the handler
 returning, the watchdog (timeout), a refused lease, or the shutdown. A slot is held while the
@@ -33,12 +23,10 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..calls.results import encode_result
 from ..errors import InvalidPayload
@@ -49,35 +37,13 @@ from ..queue._async.queue import AsyncQueue
 from .context import JobContext
 from .heartbeat import Lease
 from .options import HandlerSpec, Permanent
+from .outcome import COMPLETE, DISCARD, ChildComplete, Complete, Discard, Fail, Hold, describe
+from .outcome import failed as make_fail
 
-ERROR_TAIL = 2_000
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    kind: Literal["complete", "child", "fail", "discard", "hold"]  # child: a flow's child's
-    # completion carrying its result for its parent (sent with complete, kept for no one else)
-    error: str = ""
-    retry: bool = True
-    backoff: Backoff | None = None
-    why: str = ""  # "ok", "error", "permanent", "timeout", "shutdown", "lease_lost", "no_handler"
-    hold_ms: int = 0  # kind "hold": how long no claim serves ``hold``, a lane or "*" (the queue)
-    hold: str = ""
-    result: str | None = None  # kind "complete": the return value's JSON text, when kept
-    result_ttl_ms: int = 0  # kind "complete": how long the result is kept (0: not kept)
-
-
-COMPLETE = Outcome("complete", why="ok")
-DISCARD = Outcome("discard", why="lease_lost")
-
-
-def describe(exc: BaseException) -> str:
-    """The error stored in ``last_error``: the exception line first, then the traceback tail."""
-    head = "".join(traceback.format_exception_only(exc)).strip()
-    tail = "".join(traceback.format_exception(exc)).strip()
-    if len(tail) > ERROR_TAIL:
-        tail = "..." + tail[-ERROR_TAIL:]
-    return f"{head}\n{tail}" if tail != head else head
+if TYPE_CHECKING:
+    from .outcome import Outcome
+else:
+    from .outcome import of_kind as Outcome  # the constructor by kind string (tests/control)
 
 
 def failed(
@@ -89,12 +55,10 @@ def failed(
     retry: bool = True,
     default_max: int | None = None,
     default_backoff: Backoff | None = None,
-) -> Outcome:
+) -> Fail:
     limit = (spec.max_attempts if spec else None) or default_max
-    if limit is not None and ctx.attempts >= limit:
-        retry = False
     backoff = (spec.backoff if spec else None) or default_backoff
-    return Outcome("fail", error, retry, backoff, why)
+    return make_fail(ctx.attempts, limit, backoff, error, why, retry=retry)
 
 
 class Held(Lease):
@@ -170,7 +134,7 @@ class Held(Lease):
         return ctx
 
 
-Settle = Callable[[Held, Outcome], None]
+Settle = Callable[[Held, "Outcome"], None]
 
 
 class Slots:
@@ -216,7 +180,7 @@ class Slots:
         timeout or the grace period: a thread cannot be killed). Each keeps its slot."""
         return sum(1 for j in self.live if j.settled and not j.returned)
 
-    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Outcome:
+    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Fail:
         return failed(
             job.spec,
             job.ctx,
@@ -227,10 +191,10 @@ class Slots:
             default_backoff=self.default_backoff,
         )
 
-    def completed(self, job: Held, value: Any) -> Outcome:
+    def completed(self, job: Held, value: Any) -> Complete | ChildComplete | Fail:
         """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
         keeps results, a complete carrying the value's JSON text (a flow's child's always
-        carries it, for its parent: kind ``child``). A value that is not JSON
+        carries it, for its parent: :class:`ChildComplete`). A value that is not JSON
         fails the attempt with no retry (the handler ran; its result cannot be kept)."""
         spec, options = job.spec, job.q.core.options
         ttl = options.result_ttl_ms
@@ -243,13 +207,13 @@ class Slots:
         except InvalidPayload as exc:
             return self.fail(job, str(exc), "bad_result", retry=False)
         if not ttl:  # a flow's child: its result is kept for its parent only
-            return Outcome("child", why="ok", result=text)
-        return Outcome("complete", why="ok", result=text, result_ttl_ms=ttl)
+            return ChildComplete(text)
+        return Complete(text, ttl)
 
-    def from_exception(self, job: Held, exc: BaseException) -> Outcome:
+    def from_exception(self, job: Held, exc: BaseException) -> Fail | Hold:
         if isinstance(exc, RateLimited):
             lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
-            return Outcome("hold", str(exc), why="rate_limited", hold_ms=exc.retry_in_ms, hold=lane)
+            return Hold(str(exc), exc.retry_in_ms, lane)
         if isinstance(exc, Permanent):
             return self.fail(job, describe(exc), "permanent", retry=False)
         return self.fail(job, describe(exc), "error")
@@ -305,6 +269,7 @@ class Slots:
         work.add_done_callback(lambda w: _call_soon(self.loop, self._thread_done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
+        outcome: Outcome | None
         try:
             if with_ctx:
                 value = await fn(job.claimed.payload, job.ctx)
@@ -319,7 +284,7 @@ class Slots:
                 job.returned = job.settled = True
                 self.busy -= 1
                 self.live.discard(job)
-                done = DISCARD if job.dropped else COMPLETE
+                done: Outcome = DISCARD if job.dropped else COMPLETE
                 if (self.keeps_results or job.claimed.parent is not None) and done is COMPLETE:
                     done = self.completed(job, value)
                 self._settle(job, done)
@@ -359,7 +324,7 @@ class Slots:
         job.settled = True
         if job.returned:
             self.live.discard(job)
-        if job.dropped and outcome.kind != "discard":
+        if job.dropped and not isinstance(outcome, Discard):
             outcome = DISCARD
         self._settle(job, outcome)
 
@@ -369,6 +334,7 @@ class Slots:
         if job.settled:
             return
         job.ctx.cancel(why)
+        outcome: Outcome
         if why == "lease_lost":
             outcome = DISCARD
         elif why == "timeout":

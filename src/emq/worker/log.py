@@ -39,7 +39,9 @@ class Report:
         self.stats = stats
 
     def acked(self, lease: LeaseLike, kind: str, why: str, error: str, answer: str) -> None:
-        """The server's answer to a ``complete`` or ``fail`` (``kind``) of ``lease``."""
+        """The server's answer to the ack of ``lease`` (``kind``: its outcome's name in logs,
+        :mod:`.outcome`); each answer comes from one kind of call only, so it says what to
+        count: ``pending`` is a hold's (``RateLimited``), ``scheduled`` and ``dead`` a fail's."""
         s = self.stats
         if answer == Answer.COMPLETED:
             s.completed += 1
@@ -52,7 +54,7 @@ class Report:
             s.cancelled += 1
             event(self.log, "info", f"job cancelled ({why})", "cancelled",
                   queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
-        elif kind == "hold":
+        elif answer == Answer.PENDING:  # a hold (RateLimited): given back, its lane held
             s.rate_limited += 1
             event(self.log, "info", f"job rate limited: {error}", "rate_limited",
                   queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip

@@ -6,7 +6,8 @@ here and the hot path is unchanged.
 Per claimed job: its wait (first attempt only). Per started attempt: the start time and, with
 tracing, the consumer span and the context the handler runs in (``Held.context``: the span is
 current there, so the handler's own spans are its children). Per decided attempt: the duration
-and outcome, and the span's end. :func:`outcome_label` names an outcome for both.
+and outcome (its ``label``: ``completed``, ``failed``, ``timeout``, ``rate_limited``,
+``cancelled``, ``lease_lost``, ``shutdown`` or ``no_handler``), and the span's end.
 """
 
 from __future__ import annotations
@@ -18,25 +19,10 @@ from collections.abc import Callable, Container
 from ..model.ids import minted_at_ms
 from ..model.records import Claimed
 from ..observe import otel
-from .execute import Held, Outcome
+from .execute import Held
 from .metrics import WorkerMetrics
 from .options import WorkerOptions
-
-_WHY = {"error": "failed", "permanent": "failed", "bad_result": "failed", "ok": "completed"}
-
-
-def outcome_label(outcome: Outcome) -> str:
-    """``completed``, ``failed``, ``timeout``, ``rate_limited``, ``cancelled``,
-    ``lease_lost``, ``shutdown`` or ``no_handler``."""
-    if outcome.kind in ("complete", "child"):
-        return "completed"
-    if outcome.kind == "hold":
-        return "rate_limited"
-    if outcome.kind == "discard":
-        return "lease_lost"
-    if outcome.error.startswith("cancelled"):
-        return "cancelled"
-    return _WHY.get(outcome.why, outcome.why or "failed")
+from .outcome import Outcome
 
 
 class Observer:
@@ -87,7 +73,7 @@ class Observer:
     def settled(self, job: Held, outcome: Outcome) -> None:
         if not job.started_at:
             return
-        label = outcome_label(outcome)
+        label = outcome.label
         if self.metrics is not None:
             self.metrics.ran(job.queue, job.claimed.name, label, self.loop.time() - job.started_at)
         if job.span is not None and self.spans is not None:

@@ -36,12 +36,13 @@ from ..server.clients import aclose_client, close_client
 from .acks import Ack, AckBuffer
 from .cancels import Cancels
 from .connect import ClientFactory, Outage, first, park, retry
-from .execute import Held, Outcome, Slots
+from .execute import Held, Slots
 from .heartbeat import Heartbeat, Lease
 from .log import Report, event
 from .maintenance import Maintenance
 from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
+from .outcome import ChildComplete, Discard, Outcome
 from .presence import Presence
 from .progress import Progress
 from .shutdown import flush_acks, give_back, wait_until
@@ -420,13 +421,13 @@ class Runner:
 
     def _settle(self, job: Held, outcome: Outcome) -> None:
         self.room.set()  # the drain waits for outcomes
-        if outcome.kind == "child" and "@" in (job.claimed.parent or ""):
+        if type(outcome) is ChildComplete and "@" in (job.claimed.parent or ""):
             self._outbox_written = True  # its parent is in another queue: deliver soon
         if self.cancels.jobs:  # a cancelled job ends dead, cancelled (.cancels)
             outcome = self.cancels.outcome(job, outcome)
         if self.observe is not None:
             self.observe.settled(job, outcome)
-        if outcome.kind == "discard":
+        if isinstance(outcome, Discard):
             return  # the lease was refused: already dropped from the heartbeat
         if outcome.why == "timeout":
             self.stats.timeouts += 1

@@ -1,0 +1,265 @@
+"""What an attempt ends in: a small union, each member knowing its ack call. The rules
+(each one tested):
+
+- the handler returned: :class:`Complete`, sent with ``complete``, carrying its return
+  value's JSON text when its handler or its queue keeps results (``result_ttl_ms``); a value
+  that is not JSON then fails the attempt with no retry (``bad_result``: the handler ran, its
+  result cannot be kept); a flow's child's carries it always, for its parent only
+  (:class:`ChildComplete`, docs/flows.md);
+- it raised :class:`~emq.worker.Permanent`: :class:`Fail` with no retry (straight to
+  ``dead``);
+- it raised :class:`~emq.RateLimited`: :class:`Hold`, sent with ``delay``: back to pending
+  without spending an attempt, holding its lane (or the lane named, or the whole queue) for
+  ``retry_in_ms``, fleet-wide;
+- it raised anything else, or ran past its timeout: :class:`Fail` with a retry while the
+  handler's ``max_attempts`` allows it (the row's own ``max_attempts`` is enforced by
+  ``fail.lua``);
+- its lease was lost meanwhile: :class:`Discard`; nothing is sent, its result is never
+  recorded (G4);
+- the worker is shutting down past its grace period: :class:`Fail` with a retry (the attempt
+  ran, so it counts); a cancelled job's (:mod:`.cancels`): :class:`Fail` with no retry, which
+  ``fail.lua`` makes dead, cancelled.
+
+An outcome queued for the server is an :class:`Ack`; the ack buffer (:mod:`.acks`) sends the
+acks of one member and one queue together through that member's :meth:`~Complete.call`, and
+when a re-sent call was refused reads the job's row and asks the member what it shows
+(:meth:`~Complete.applied`). ``kind`` names a member in logs (``lease_lost``'s ``via``,
+``uncertain_ack``'s ``kind``) and nowhere else; ``label`` names it in metrics and spans.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, TypeVar
+
+from ..model.config import Backoff
+from ..model.records import Answer
+from ..queue._async.queue import AsyncQueue
+from .heartbeat import Lease
+
+ERROR_TAIL = 2_000
+Call = Callable[[], Awaitable[list[Answer]]]
+M = TypeVar("M", covariant=True)  # a member of the union
+Row = str | None  # a field of the job's row, as read back (None: not there)
+_FAILED = {"error": "failed", "permanent": "failed", "bad_result": "failed", "ok": "completed"}
+
+
+@dataclass(eq=False, slots=True)
+class Ack:
+    """An outcome queued for its ack: the job's queue, its lease, and what to tell."""
+
+    queue: AsyncQueue
+    lease: Lease
+    outcome: Sent
+
+
+class Of(Protocol[M]):
+    """An :class:`Ack` whose outcome is of one member (the acks one call sends)."""
+
+    @property
+    def lease(self) -> Lease: ...
+
+    @property
+    def outcome(self) -> M: ...
+
+
+def _cancelled(token: Row, cancelled: Row, mine: str) -> bool:
+    """The row of a cancelled job that this attempt's fail or hold ended (dead, cancelled)."""
+    return cancelled is not None and token == mine
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The handler returned; ``result`` (JSON text) is kept ``result_ttl_ms`` when kept."""
+
+    result: str | None = None
+    result_ttl_ms: int = 0
+    kind: ClassVar[str] = "complete"
+    where: ClassVar[str] = "complete"  # the component a failed call is logged under
+    why: ClassVar[str] = "ok"
+    error: ClassVar[str] = ""
+    label: ClassVar[str] = "completed"
+
+    @staticmethod
+    def call(q: AsyncQueue, acks: Sequence[Of[Complete]], keeps: bool) -> Call:
+        """Plain (pairs only) unless the queue keeps results or completed jobs or an outcome
+        carries a result to keep; then each job keeps what its own outcome says (a handler's
+        ``result_ttl_ms=0`` keeps no result on a queue that does). ``keeps`` False: nothing
+        in this worker keeps anything, so no outcome is looked at."""
+        options = q.core.options
+        if keeps and (
+            options.keep_completed
+            or options.result_ttl_ms
+            or any(a.outcome.result_ttl_ms for a in acks)
+        ):
+            kept = [
+                (a.lease.id, a.lease.token, a.outcome.result, a.outcome.result_ttl_ms) for a in acks
+            ]
+            return lambda: q.complete_results(kept)
+        pairs = [(a.lease.id, a.lease.token) for a in acks]
+        return lambda: q.complete_many(pairs)
+
+    @staticmethod
+    def applied(token: Row, state: Row, cancelled: Row, mine: str) -> Answer | None:
+        """What the row shows of a completion whose re-send was refused: deleted, or kept
+        completed by this attempt (results, ``keep_completed``), means it was applied."""
+        if token is None or (state == "completed" and token == mine):
+            return Answer.COMPLETED
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildComplete:
+    """A flow's child returned: ``result`` (JSON text) is kept for its parent only."""
+
+    result: str
+    kind: ClassVar[str] = "child"
+    where: ClassVar[str] = "complete"
+    why: ClassVar[str] = "ok"
+    error: ClassVar[str] = ""
+    label: ClassVar[str] = "completed"
+
+    @staticmethod
+    def call(q: AsyncQueue, acks: Sequence[Of[ChildComplete]], keeps: bool) -> Call:
+        kids = [(a.lease.id, a.lease.token, a.outcome.result, 0) for a in acks]
+        return lambda: q.complete_results(kids)
+
+    applied = Complete.applied
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The attempt failed: retried after ``backoff`` while ``retry``, else dead. ``why``:
+    ``error``, ``permanent``, ``timeout``, ``shutdown``, ``no_handler``, ``bad_result`` or
+    ``cancelled``."""
+
+    error: str
+    retry: bool = True
+    backoff: Backoff | None = None
+    why: str = ""
+    kind: ClassVar[str] = "fail"
+    where: ClassVar[str] = "fail"
+
+    @property
+    def label(self) -> str:
+        """``failed``, ``timeout``, ``cancelled``, ``shutdown`` or ``no_handler``."""
+        if self.error.startswith("cancelled"):
+            return "cancelled"
+        return _FAILED.get(self.why, self.why or "failed")
+
+    @staticmethod
+    def call(q: AsyncQueue, acks: Sequence[Of[Fail]], keeps: bool) -> Call:
+        items = [
+            (a.lease.id, a.lease.token, a.outcome.error, a.outcome.retry, a.outcome.backoff)
+            for a in acks
+        ]
+        return lambda: q.fail_many(items)
+
+    @staticmethod
+    def applied(token: Row, state: Row, cancelled: Row, mine: str) -> Answer | None:
+        """The row still carrying this attempt's token in ``schedule`` or ``dead`` means the
+        fail was applied (a cancelled job's: dead, cancelled)."""
+        if _cancelled(token, cancelled, mine):
+            return Answer.CANCELLED
+        if token == mine and state in ("scheduled", "dead"):
+            return Answer.SCHEDULED if state == "scheduled" else Answer.DEAD
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The handler raised :class:`~emq.RateLimited`: back to pending, no attempt spent, and
+    ``hold`` (a lane, or ``"*"``: the queue) held for ``hold_ms``, fleet-wide."""
+
+    error: str
+    hold_ms: int
+    hold: str
+    kind: ClassVar[str] = "hold"
+    where: ClassVar[str] = "hold"
+    why: ClassVar[str] = "rate_limited"
+    label: ClassVar[str] = "rate_limited"
+
+    @staticmethod
+    def call(q: AsyncQueue, acks: Sequence[Of[Hold]], keeps: bool) -> Call:
+        holds = [(a.lease.id, a.lease.token, 0, a.outcome.hold_ms, a.outcome.hold) for a in acks]
+        return lambda: q.delay_many(holds)
+
+    @staticmethod
+    def applied(token: Row, state: Row, cancelled: Row, mine: str) -> Answer | None:
+        if _cancelled(token, cancelled, mine):
+            return Answer.CANCELLED
+        if token == mine and state == "pending":
+            return Answer.PENDING
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """The lease was lost (refused by the heartbeat or an ack): nothing is sent (G4)."""
+
+    kind: ClassVar[str] = "discard"
+    why: ClassVar[str] = "lease_lost"
+    error: ClassVar[str] = ""
+    label: ClassVar[str] = "lease_lost"
+
+
+Sent = Complete | ChildComplete | Fail | Hold
+"""The outcomes that are sent to the server (as an :class:`Ack`)."""
+Outcome = Sent | Discard
+
+COMPLETE = Complete()
+DISCARD = Discard()
+
+
+def describe(exc: BaseException) -> str:
+    """The error stored in ``last_error``: the exception line first, then the traceback tail."""
+    head = "".join(traceback.format_exception_only(exc)).strip()
+    tail = "".join(traceback.format_exception(exc)).strip()
+    if len(tail) > ERROR_TAIL:
+        tail = "..." + tail[-ERROR_TAIL:]
+    return f"{head}\n{tail}" if tail != head else head
+
+
+def failed(
+    attempts: int,
+    limit: int | None,
+    backoff: Backoff | None,
+    error: str,
+    why: str,
+    *,
+    retry: bool = True,
+) -> Fail:
+    """A failed attempt, retried unless ``retry`` is False or ``attempts`` reached ``limit``
+    (the handler's ``max_attempts``, or the worker's; the row's own is enforced by fail.lua)."""
+    if limit is not None and attempts >= limit:
+        retry = False
+    return Fail(error, retry, backoff, why)
+
+
+def of_kind(
+    kind: str,
+    error: str = "",
+    retry: bool = True,
+    backoff: Backoff | None = None,
+    why: str = "",
+    hold_ms: int = 0,
+    hold: str = "",
+    result: str | None = None,
+    result_ttl_ms: int = 0,
+) -> Outcome:
+    """The member named by ``kind`` (``"complete"``, ``"child"``, ``"fail"``, ``"hold"`` or
+    ``"discard"``), from the fields of the record outcomes were before this union: how code
+    written then (``tests/control/test_results_worker.py``) still builds one."""
+    if kind == "complete":
+        return Complete(result, result_ttl_ms)
+    if kind == "child":
+        return ChildComplete(result or "null")
+    if kind == "fail":
+        return Fail(error, retry, backoff, why)
+    if kind == "hold":
+        return Hold(error, hold_ms, hold)
+    if kind == "discard":
+        return DISCARD
+    raise ValueError(f"no outcome of kind {kind!r}")
