@@ -75,7 +75,6 @@ class AckBuffer:
         self.outstanding = 0  # queued or in flight
 
     def put(self, ack: Ack) -> None:
-        ack.lease.finishing = True
         self._items.append(ack)
         self.outstanding += 1
         self._event.set()

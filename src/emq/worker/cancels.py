@@ -27,11 +27,13 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from .execute import Held, Slots
+from .execute import Slots
 from .heartbeat import Lease
+from .held import Held
 from .log import event
 from .options import WorkerStats
 from .outcome import Discard, Fail, Outcome
+from .phase import GIVING_BACK, READY, RUNNING
 
 CANCELLED = Fail("cancelled: the handler was stopped", retry=False, why="cancelled")
 ABANDONED = Fail("cancelled: the handler ran past cancel_grace_ms", retry=False, why="cancelled")
@@ -64,18 +66,19 @@ class Cancels:
     def requested(self, lease: Lease, message: str) -> None:
         """The heartbeat's extend answered ``cancelled`` for ``lease`` (on the loop)."""
         job = lease
-        if not isinstance(job, Held) or job.settled or job.dropped or job in self.jobs:
+        if not isinstance(job, Held) or job in self.jobs:
             return
+        phase = job.phase
+        if phase not in (READY, RUNNING, GIVING_BACK) or job not in self._slots.renewed:
+            return  # decided, or no longer renewed: its ack (or the refusal) rules
         event(self._log, "info", "job cancelled: stopping it", "cancel_requested",
               queue=job.queue, job=job.id, token=job.token, reason=message)  # fmt: skip
         job.ctx.cancel("cancelled", message)
-        if not job.started:  # claimed ahead, not started: it never runs
-            try:
-                self._ready.remove(job)
-            except ValueError:
-                return  # given back meanwhile (the drain): delay.lua ends it, cancelled
-            job.started = job.returned = job.settled = True
-            self._settle(job, CANCELLED)
+        if phase is GIVING_BACK:
+            return  # given back meanwhile (the drain): delay.lua ends it, cancelled
+        if phase is READY:  # claimed ahead, not started: it never runs
+            self._ready.remove(job)
+            self._slots.decide(job, CANCELLED)
             return
         loop = asyncio.get_running_loop()
         self.jobs[job] = loop.call_later(self._grace_s, self._abandon, job)
@@ -95,7 +98,7 @@ class Cancels:
     def _abandon(self, job: Held) -> None:
         """The grace period passed and the handler still runs: send its outcome now."""
         self.jobs.pop(job, None)
-        if job.settled:
+        if job.phase is not RUNNING:
             return
         self._stats.cancel_abandoned += 1
         event(self._log, "warning", "cancelled handler still running after cancel_grace_ms: "

@@ -5,26 +5,24 @@ Rules (each one tested):
 
 What each way an attempt can end is sent as: :mod:`.outcome` (each rule there is tested).
 
-An attempt's outcome is decided once (``settled``), by whichever comes first: the handler
-returning, the watchdog (timeout), a refused lease, or the shutdown. A slot is held while the
-handler runs and freed the moment it returns, before its ack lands; the lease stays held and
-heartbeated until then. A sync handler runs in a thread that cannot be killed: on timeout or
-shutdown it is told to stop (``ctx.cancelled``) and its result is ignored, but its slot stays
-taken until the thread returns, so ``concurrency`` always bounds the threads in use.
+An attempt's outcome is decided once, by whichever comes first: the handler returning, the
+watchdog (timeout), a refused lease, or the shutdown; the job then goes from ``RUNNING`` to
+``DECIDED``, or to ``DROPPED`` when its lease was lost (:mod:`.phase`). A slot is held while
+the handler runs and freed the moment it returns, before its ack lands; the lease stays held
+and heartbeated until then. A sync handler runs in a thread that cannot be killed: on timeout
+or shutdown it is told to stop (``ctx.cancelled``) and its result is ignored, but its slot
+stays taken until the thread returns, so ``concurrency`` always bounds the threads in use.
 
 Cost per async job: one task (the handler awaited inside it), no future, timer or
-``threading.Event`` of its own. Timeouts are one watchdog: the deadlines in one deque per
-distinct limit (they only grow there) and a single timer armed for the earliest.
+``threading.Event`` of its own. Timeouts are one watchdog (:mod:`.watchdog`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
@@ -32,13 +30,14 @@ from ..calls.results import encode_result
 from ..errors import InvalidPayload
 from ..model.config import Backoff
 from ..model.lanes import DEFAULT_LANE, RateLimited
-from ..model.records import Claimed
-from ..queue._async.queue import AsyncQueue
 from .context import JobContext
 from .heartbeat import Lease
+from .held import Held
 from .options import HandlerSpec, Permanent
-from .outcome import COMPLETE, DISCARD, ChildComplete, Complete, Discard, Fail, Hold, describe
+from .outcome import COMPLETE, DISCARD, ChildComplete, Complete, Fail, Hold, describe
 from .outcome import failed as make_fail
+from .phase import READY, RUNNING
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from .outcome import Outcome
@@ -61,79 +60,6 @@ def failed(
     return make_fail(ctx.attempts, limit, backoff, error, why, retry=retry)
 
 
-class Held(Lease):
-    """A job this worker holds a lease on, from claim until its ack (or give-back) lands.
-    It is its own heartbeat :class:`Lease` (renewed until then). Its :class:`JobContext` is
-    made on first use: a handler that takes only the payload never needs one."""
-
-    __slots__ = (
-        "_beat",
-        "_ctx",
-        "_report",
-        "claimed",
-        "context",
-        "deadline",
-        "q",
-        "returned",
-        "settled",
-        "span",
-        "spec",
-        "started",
-        "started_at",
-        "task",
-    )
-
-    def __init__(
-        self,
-        q: AsyncQueue,
-        name: str,
-        claimed: Claimed,
-        beat: Callable[[], None],
-        report: Callable[[Lease, str], None] | None = None,
-    ) -> None:
-        self.queue = name
-        self.id = claimed.id
-        self.token = claimed.token
-        self.finishing = False
-        self.dropped = False
-        self.q = q
-        self.claimed = claimed
-        self._beat = beat
-        self._report = report  # ctx.progress's sink: the worker's progress flusher
-        self._ctx: JobContext | None = None
-        self.spec: HandlerSpec | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.deadline = 0.0  # loop time past which the attempt times out (if it has a limit)
-        self.started = False  # its handler was started (a slot taken)
-        self.returned = False  # its handler returned (the slot is free again)
-        self.settled = False  # its outcome is decided (queued for the server, or discarded)
-        # set only by an observer (.observe: metrics or tracing): the handler's start (loop
-        # time), its consumer span, and the context the handler runs in (the span current)
-        self.started_at = 0.0
-        self.span: Any = None
-        self.context: contextvars.Context | None = None
-
-    @property
-    def ctx(self) -> JobContext:
-        ctx = self._ctx
-        if ctx is None:
-            c = self.claimed
-            ctx = self._ctx = JobContext(
-                queue=self.queue,
-                id=c.id,
-                name=c.name,
-                token=c.token,
-                attempts=c.attempts,
-                stalled=c.stalled,
-                beat=self._beat,
-                lane=c.lane,
-                report=None if self._report is None else functools.partial(self._report, self),
-                read_children=functools.partial(self.q.children, c.id),
-                loop=asyncio.get_running_loop(),
-            )
-        return ctx
-
-
 Settle = Callable[[Held, "Outcome"], None]
 
 
@@ -154,6 +80,7 @@ class Slots:
         executor: Executor,
         settle: Settle,
         freed: Callable[[], None],
+        renewed: Container[Lease],
         keeps_results: bool = True,
     ) -> None:
         self.handlers = handlers
@@ -168,17 +95,17 @@ class Slots:
         self._settle = settle
         self._freed = freed
         self.loop = asyncio.get_running_loop()
+        self.renewed = renewed  # the heartbeat's leases: one refused meanwhile is gone
         self.busy = 0  # handlers running (slots taken)
-        self.live: set[Held] = set()  # started, and not both returned and settled
-        self._due: dict[int, deque[Held]] = {}  # limit (ms) -> jobs in deadline order
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self.live: set[Held] = set()  # jobs whose handler runs (its slot taken)
+        self._watchdog = Watchdog(self.loop, self.live, self._timed_out)
+        self._arm = self._watchdog.arm
 
     @property
     def abandoned(self) -> int:
         """Handlers still running after their attempt was decided (a sync handler past its
         timeout or the grace period: a thread cannot be killed). Each keeps its slot."""
-        return sum(1 for j in self.live if j.settled and not j.returned)
+        return sum(1 for j in self.live if j.phase is not RUNNING)
 
     def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Fail:
         return failed(
@@ -226,10 +153,10 @@ class Slots:
         now = loop.time()
         while ready and self.busy < limit:
             job = ready.popleft()
+            job.start()
             if on_start is not None:
                 on_start(job)
             spec = job.spec = handlers.get(job.claimed.name)
-            job.started = True
             if spec is None or not spec.is_async:
                 self._start_other(job, spec, now)
                 continue
@@ -247,7 +174,6 @@ class Slots:
     def _start_other(self, job: Held, spec: HandlerSpec | None, now: float) -> None:
         """A job with no handler (fails at once, takes no slot) or a sync one (a thread)."""
         if spec is None:
-            job.returned = True
             error = f"no handler registered for {job.claimed.name!r}"
             self.decide(job, self.fail(job, error, "no_handler"))
             return
@@ -280,26 +206,25 @@ class Slots:
         except Exception as exc:
             outcome = self.from_exception(job, exc)
         else:
-            if not job.settled:  # the common case, inlined: returned, settled, slot freed
-                job.returned = job.settled = True
+            if job.phase is RUNNING:  # the common case, inlined: returned, decided, slot freed
                 self.busy -= 1
                 self.live.discard(job)
-                done: Outcome = DISCARD if job.dropped else COMPLETE
-                if (self.keeps_results or job.claimed.parent is not None) and done is COMPLETE:
-                    done = self.completed(job, value)
-                self._settle(job, done)
+                if self.keeps_results or job.claimed.parent is not None:
+                    self.decide(job, self.completed(job, value))
+                else:
+                    self.decide(job, COMPLETE)
                 self._freed()
                 return
-            outcome = self.completed(job, value)
+            outcome = None  # decided already (timeout, shutdown, cancel): the value is dropped
         self._returned(job)
-        if not job.settled:
+        if job.phase is RUNNING:
             if outcome is None:  # cancelled by something other than the worker
                 outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
             self.decide(job, outcome)
 
     def _thread_done(self, job: Held, work: Future[Any]) -> None:
         self._returned(job)
-        if job.settled:
+        if job.phase is not RUNNING:
             return
         if work.cancelled():
             self.decide(job, self.fail(job, "cancelled: the worker closed", "shutdown"))
@@ -309,29 +234,29 @@ class Slots:
                     self.from_exception(job, exc))  # fmt: skip
 
     def _returned(self, job: Held) -> None:
-        job.returned = True
         self.busy -= 1
-        if job.settled:
-            self.live.discard(job)
+        self.live.discard(job)
         self._freed()
 
     # -- deciding -------------------------------------------------------------------------
 
     def decide(self, job: Held, outcome: Outcome) -> None:
-        """Settle ``job`` once; a lease refused meanwhile turns any outcome into a discard."""
-        if job.settled:
-            return
-        job.settled = True
-        if job.returned:
-            self.live.discard(job)
-        if job.dropped and not isinstance(outcome, Discard):
+        """``job``'s outcome: RUNNING -> DECIDED (READY -> DECIDED: cancelled before it
+        started), or -> DROPPED when its lease was refused meanwhile (any outcome is then a
+        discard)."""
+        if job.phase is READY:
+            job.decide_unstarted()
+        elif outcome is DISCARD or job not in self.renewed:
             outcome = DISCARD
+            job.drop()
+        else:
+            job.decide()
         self._settle(job, outcome)
 
     def interrupt(self, job: Held, why: str) -> None:
         """Stop an attempt: ``timeout``, ``shutdown`` or ``lease_lost``. Its outcome is
         decided now; an async handler is cancelled, a sync one told (``ctx.cancelled``)."""
-        if job.settled:
+        if job.phase is not RUNNING:
             return
         job.ctx.cancel(why)
         outcome: Outcome
@@ -347,45 +272,11 @@ class Slots:
         if job.task is not None and not job.task.done():
             job.task.cancel()
 
-    # -- the timeout watchdog -------------------------------------------------------------
-
-    def _arm(self, job: Held, now: float, timeout_ms: int) -> None:
-        """One deque per distinct limit: deadlines in it only grow, so the earliest is at
-        its front. Entries of settled jobs are skipped, and dropped when a deque grows past
-        twice the live jobs (amortised O(1) per job)."""
-        at = job.deadline = now + timeout_ms / 1000
-        due = self._due.get(timeout_ms)
-        if due is None:
-            due = self._due[timeout_ms] = deque()
-        due.append(job)
-        if len(due) > 2 * len(self.live) + 64:
-            self._due[timeout_ms] = deque(j for j in due if not j.settled)
-        if self._timer is None or at < self._timer_at:
-            self._schedule(at)
-
-    def _schedule(self, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = at
-        self._timer = self.loop.call_at(at, self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        now, fronts = self.loop.time(), []
-        for due in self._due.values():
-            while due and (due[0].settled or due[0].deadline <= now):
-                job = due.popleft()
-                if not job.settled:
-                    self.interrupt(job, "timeout")
-            if due:
-                fronts.append(due[0].deadline)
-        if fronts:
-            self._schedule(min(fronts))
+    def _timed_out(self, job: Held) -> None:
+        self.interrupt(job, "timeout")
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._watchdog.close()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:

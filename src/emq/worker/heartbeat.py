@@ -12,11 +12,15 @@ if that exceeds ``lease_ms - heartbeat_ms``. Run GIL-holding code in another pro
 
 Each beat extends every held lease of a queue in one ``extend`` call (chunks of 1,000). A
 lease the server refuses (``lost``, or ``gone``: its row was removed) is reported once through
-``on_lost`` and dropped, unless its ack is already on its way (then the ack's answer rules).
-A lease whose job was cancelled (``Queue.cancel``: extend answers ``cancelled`` and still
-extends it) is reported once through ``on_cancel`` with the reason read from the row, and
-renewed on until its ack lands; a worker cut off from the server learns it once a beat goes
-through again (or its lease lapses and the sweep ends the job, cancelled).
+``on_lost`` and no longer renewed, unless its ack is already on its way (then the ack's answer
+rules). A lease whose job was cancelled (``Queue.cancel``: extend answers ``cancelled`` and
+still extends it) is reported once through ``on_cancel`` with the reason read from the row,
+and renewed on until its ack lands; a worker cut off from the server learns it once a beat
+goes through again (or its lease lapses and the sweep ends the job, cancelled).
+
+Threads: the set of leases renewed (:attr:`Heartbeat.held`) is this object's own, changed
+only under its lock; a lease's phase (:mod:`.phase`) is the event loop's, and the thread only
+reads it: past :data:`~.phase.UNDECIDED`, an outcome is on its way and its answer rules.
 
 The thread cannot die silently: a server error (unreachable, out of memory, any refusal) is
 logged once per episode and the beat retried with backoff; any other exception is handed to
@@ -29,28 +33,32 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
 
 from ..errors import UnsafeServer
 from ..model.records import Answer
 from ..queue._sync.queue import Queue
 from .connect import SERVER_ERRORS, Outage
+from .phase import READY, UNDECIDED, Phased
 
 CHUNK = 1_000
 
 
-@dataclass(eq=False, slots=True)
-class Lease:
-    """A lease this worker holds. ``finishing`` is set once its outcome is queued for the
-    server: it is still renewed (until the ack lands) but a refusal is then left to the ack.
-    ``dropped`` is set once it is no longer renewed (its ack landed, or it was refused)."""
+class Lease(Phased):
+    """A lease this worker holds on job ``id`` of ``queue``, fenced by ``token``, and the
+    :class:`~.phase.Phase` of that job (``READY`` when made). Equal only to itself: one id
+    can be held twice (a lease lost, and the job claimed again)."""
 
-    queue: str
-    id: str
-    token: int
-    finishing: bool = False
-    dropped: bool = False
+    __slots__ = ("id", "queue", "token")
+
+    def __init__(self, queue: str, id: str, token: int) -> None:
+        self.queue = queue
+        self.id = id
+        self.token = token
+        self.phase = READY
+
+    def __repr__(self) -> str:
+        return f"Lease({self.queue}/{self.id} token={self.token} {self.phase})"
 
 
 class Heartbeat:
@@ -95,21 +103,25 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    @property
+    def held(self) -> Collection[Lease]:
+        """The leases renewed now: added by :meth:`add_many`, gone once dropped or refused.
+        Read-only for others; a membership test needs no lock (one set lookup is atomic
+        under the GIL), and is how the loop learns of a refusal before ``on_lost`` runs."""
+        return self._leases
+
     def add_many(self, leases: Iterable[Lease]) -> None:
         with self._lock:
             self._leases.update(leases)
 
     def drop(self, lease: Lease) -> None:
         with self._lock:
-            lease.dropped = True
             self._leases.discard(lease)
             self._told.discard(lease)
 
-    def drop_many(self, leases: Iterable[Lease]) -> None:
+    def drop_many(self, leases: Collection[Lease]) -> None:
         with self._lock:
-            for lease in leases:
-                lease.dropped = True
-                self._leases.discard(lease)
+            self._leases.difference_update(leases)
             if self._told:
                 self._told.difference_update(leases)
 
@@ -180,20 +192,19 @@ class Heartbeat:
     def _cancelled(self, q: Queue, lease: Lease) -> None:
         """Tell ``on_cancel`` once per lease, with the reason on the row (one read, only for
         a cancelled job; a server error is raised and the next beat tries again)."""
-        if self._on_cancel is None or lease in self._told or lease.finishing:
+        if self._on_cancel is None or lease in self._told or lease.phase not in UNDECIDED:
             return  # an outcome is on its way: fail.lua (or the too-late complete) rules
         reason = q.client.hget(q.core.keys.job(lease.id), "cancel")
         with self._lock:
-            if lease.dropped or lease.finishing:
-                return
+            if lease not in self._leases or lease.phase not in UNDECIDED:
+                return  # dropped, or decided meanwhile
             self._told.add(lease)
         self._on_cancel(lease, str(reason or ""))  # decode_responses: a str already
 
     def _refused(self, lease: Lease) -> None:
         with self._lock:
-            if lease.dropped or lease.finishing:
-                return  # finished meanwhile: the ack's own reply is authoritative
+            if lease not in self._leases or lease.phase not in UNDECIDED:
+                return  # dropped, or finished meanwhile: the ack's own reply is authoritative
             self._leases.discard(lease)
             self._told.discard(lease)
-            lease.dropped = True
         self._on_lost(lease)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Container
 from ..model.ids import minted_at_ms
 from ..model.records import Claimed
 from ..observe import otel
-from .execute import Held
+from .held import Held
 from .metrics import WorkerMetrics
 from .options import WorkerOptions
 from .outcome import Outcome

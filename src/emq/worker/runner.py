@@ -36,13 +36,15 @@ from ..server.clients import aclose_client, close_client
 from .acks import Ack, AckBuffer
 from .cancels import Cancels
 from .connect import ClientFactory, Outage, first, park, retry
-from .execute import Held, Slots
+from .execute import Slots
 from .heartbeat import Heartbeat, Lease
+from .held import Held
 from .log import Report, event
 from .maintenance import Maintenance
 from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .outcome import ChildComplete, Discard, Outcome
+from .phase import READY, RUNNING
 from .presence import Presence
 from .progress import Progress
 from .shutdown import flush_acks, give_back, wait_until
@@ -112,6 +114,7 @@ class Runner:
             executor=self.executor,
             settle=self._settle,
             freed=self._freed,
+            renewed=self.hb.held,
             keeps_results=keeps,
         )
         self.ready: deque[Held] = deque()  # claimed, not started
@@ -237,7 +240,7 @@ class Runner:
 
     @property
     def live(self) -> set[Held]:
-        """Started jobs whose handler runs or whose outcome is not decided yet."""
+        """Started jobs whose handler runs (its outcome decided or not)."""
         return self.slots.live
 
     def idle(self) -> bool:
@@ -245,7 +248,7 @@ class Runner:
         attempt was decided, such as a sync handler past its timeout, does not count)."""
         if self.ready or self.acks.outstanding:
             return False
-        return all(j.settled for j in self.slots.live)
+        return all(j.phase is not RUNNING for j in self.slots.live)
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """A graceful stop (docs/worker.md#shutdown), once claiming has stopped: give back
@@ -255,6 +258,8 @@ class Runner:
         deadline = time.monotonic() + grace_ms / 1000
         unstarted = list(self.ready)
         self.ready.clear()
+        for job in unstarted:
+            job.give_back()
         await give_back(unstarted, self.outage, self.hb.drop, self.report, deadline)
         if running := self._running():
             self.event("info", "waiting for running jobs", "draining", running=len(running),
@@ -270,7 +275,7 @@ class Runner:
 
     def _running(self) -> list[Held]:
         """Started jobs whose outcome is not decided yet."""
-        return [j for j in self.live if not j.settled]
+        return [j for j in self.live if j.phase is RUNNING]
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -441,6 +446,7 @@ class Runner:
             self.beat.poke()
 
     def _acked(self, ack: Ack, answer: str) -> None:
+        ack.lease.acked()  # DECIDED -> ACKED
         if answer is Answer.COMPLETED and not self.debug:  # the hot path: count only
             self.stats.completed += 1
             return
@@ -456,12 +462,12 @@ class Runner:
         if not isinstance(lease, Held):
             return
         lease.ctx.cancel("lease_lost")
-        if not lease.started:  # claimed but not started: just forget it
-            with contextlib.suppress(ValueError):
-                self.ready.remove(lease)
+        if lease.phase is RUNNING:
+            self.slots.interrupt(lease, "lease_lost")
+        elif lease.phase is READY:  # claimed but not started: just forget it
+            self.ready.remove(lease)
+            lease.drop_unstarted()
             self.room.set()
-            return
-        self.slots.interrupt(lease, "lease_lost")
 
     def event(self, level: str, msg: str, name: str, /, **fields: Any) -> None:
         """One structured log record (:func:`.log.event`)."""

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from ..model.records import Answer
 from .connect import Outage, retry
-from .execute import Held
 from .heartbeat import Lease
+from .held import Held
 from .log import Report, event
 
 REFUSED = (Answer.LOST, Answer.GONE)
@@ -30,21 +30,20 @@ async def give_back(
     jobs: list[Held], outage: Outage, drop: Callable[[Lease], None], report: Report,
     deadline: float,
 ) -> None:  # fmt: skip
-    """Return ``jobs`` (claimed, not started) to ``pending``: one ``delay`` call per queue,
-    re-sent through an outage until the monotonic ``deadline``; each job is then no longer
-    renewed (``drop``). A refused one is a lost lease, a cancelled one is dead."""
+    """Return ``jobs`` (``GIVING_BACK``) to ``pending``: one ``delay`` call per queue, re-sent
+    through an outage until the monotonic ``deadline``; each job is then ``GIVEN_BACK`` and
+    no longer renewed (``drop``). A refused one is a lost lease, a cancelled one is dead."""
     by_queue: dict[str, list[Held]] = {}
     for job in jobs:
         by_queue.setdefault(job.queue, []).append(job)
     stats = report.stats
     for group in by_queue.values():
         q = group[0].q
-        for j in group:
-            j.finishing = True
         send = functools.partial(q.delay_many, [(j.id, j.token, 0) for j in group])
         answers, _ = await retry(outage, "give_back", send, deadline=deadline)
         got = answers or [Answer.LOST] * len(group)
         for job, answer in zip(group, got, strict=True):
+            job.given_back()
             drop(job)
             if answer in REFUSED:
                 report.lost(job, "delay")
