@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from ..model.records import Answer
 from ..queue._async.queue import AsyncQueue
 from .connect import Outage, retry
-from .heartbeat import Lease
+from .hooks import Hooks
 from .log import event
 from .outcome import Ack
 
@@ -49,9 +49,9 @@ Report = Callable[[Ack, str], None]
 
 class AckBuffer:
     """``report`` is called once per ack with the server's answer; ``landed`` (optional) once
-    with each batch after its answers, when :attr:`outstanding` has gone down; ``before``
-    (optional) is awaited with a batch's leases before it is sent (the progress flusher sends
-    their last progress)."""
+    with each batch after its answers, when :attr:`outstanding` has gone down; the
+    ``before_ack`` hooks of ``hooks`` (optional) are awaited with a batch's leases before it
+    is sent (the progress flusher sends their last progress)."""
 
     def __init__(
         self,
@@ -59,7 +59,7 @@ class AckBuffer:
         log: logging.Logger,
         report: Report,
         landed: Callable[[list[Ack]], None] | None = None,
-        before: Callable[[Iterable[Lease]], Awaitable[None]] | None = None,
+        hooks: Hooks | None = None,
         keeps_results: bool = True,
     ) -> None:
         self._keeps = keeps_results  # False: no queue or handler keeps results (plain acks)
@@ -67,7 +67,7 @@ class AckBuffer:
         self._log = log
         self._report = report
         self._landed = landed
-        self._before = before
+        self._hooks = hooks
         self._items: list[Ack] = []
         self._event = asyncio.Event()
         self._closing = False
@@ -121,8 +121,11 @@ class AckBuffer:
     async def _send(self, acks: list[Ack]) -> None:
         """The acks of one queue and one member, in the member's own call."""
         q, member = acks[0].queue, acks[0].outcome
-        if self._before is not None:
-            await self._before(a.lease for a in acks)
+        before = self._hooks.before_ack if self._hooks is not None else ()
+        if before:
+            leases = [a.lease for a in acks]
+            for hook in before:
+                await hook(leases)
         call = member.call(q, cast(Any, acks), self._keeps)  # one member: see flush
         answers, retried = await self._retry(member.where, call)
         for ack, answer in zip(acks, answers, strict=True):

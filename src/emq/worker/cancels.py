@@ -18,18 +18,21 @@ one tested in ``tests/control/test_cancel_worker.py``):
 
 A handler that returned before its worker learned of the cancel (its ``complete`` already
 queued or sent) is completed: the cancel came too late (``docs/control.md``).
+
+:class:`Cancels` joins the story's ``on_outcome`` hooks (:mod:`.hooks`) while it holds a
+cancelled job, and leaves them once it holds none: a worker that never sees a cancel pays
+nothing per job for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable
 
-from .execute import Slots
+from .execute import Executor
 from .heartbeat import Lease
 from .held import Held
+from .hooks import Hook, Hooks
 from .log import event
 from .options import WorkerStats
 from .outcome import Discard, Fail, Outcome
@@ -39,25 +42,21 @@ CANCELLED = Fail("cancelled: the handler was stopped", retry=False, why="cancell
 ABANDONED = Fail("cancelled: the handler ran past cancel_grace_ms", retry=False, why="cancelled")
 
 
-class Cancels:
-    """The cancelled jobs a worker still holds, each with its grace timer.
-
-    ``settle(job, outcome)`` is the runner's: it queues an outcome for the server (and passes
-    it through :meth:`outcome` first, so a cancelled job is never completed or retried)."""
+class Cancels(Hook):
+    """The cancelled jobs a worker still holds, each with its grace timer. As an
+    ``on_outcome`` hook it makes sure a cancelled job is never completed or retried."""
 
     def __init__(
         self,
         *,
-        slots: Slots,
-        ready: deque[Held],
-        settle: Callable[[Held, Outcome], None],
+        jobs: Executor,
+        hooks: Hooks,
         grace_ms: int,
         stats: WorkerStats,
         log: logging.Logger,
     ) -> None:
-        self._slots = slots
-        self._ready = ready
-        self._settle = settle
+        self._jobs = jobs
+        self._hooks = hooks
         self._grace_s = grace_ms / 1000
         self._stats = stats
         self._log = log
@@ -69,7 +68,7 @@ class Cancels:
         if not isinstance(job, Held) or job in self.jobs:
             return
         phase = job.phase
-        if phase not in (READY, RUNNING, GIVING_BACK) or job not in self._slots.renewed:
+        if phase not in (READY, RUNNING, GIVING_BACK) or job not in self._jobs.renewed:
             return  # decided, or no longer renewed: its ack (or the refusal) rules
         event(self._log, "info", "job cancelled: stopping it", "cancel_requested",
               queue=job.queue, job=job.id, token=job.token, reason=message)  # fmt: skip
@@ -77,34 +76,40 @@ class Cancels:
         if phase is GIVING_BACK:
             return  # given back meanwhile (the drain): delay.lua ends it, cancelled
         if phase is READY:  # claimed ahead, not started: it never runs
-            self._ready.remove(job)
-            self._slots.decide(job, CANCELLED)
+            self._jobs.cancel_ready(job, CANCELLED)
             return
         loop = asyncio.get_running_loop()
         self.jobs[job] = loop.call_later(self._grace_s, self._abandon, job)
+        self._hooks.join(self)
 
-    def outcome(self, job: Held, outcome: Outcome) -> Outcome:
+    def on_outcome(self, job: Held, outcome: Outcome) -> Outcome:
         """What to send for ``job``: a handler that ended after it was told is failed with no
         retry (fail.lua makes it dead, cancelled), whatever it returned or raised."""
         if job not in self.jobs:
             return outcome
-        timer = self.jobs.pop(job)
+        timer = self._pop(job)
         if timer is not None:
             timer.cancel()
         if isinstance(outcome, Discard) or outcome.why == "cancelled":
             return outcome
         return CANCELLED
 
+    def _pop(self, job: Held) -> asyncio.TimerHandle | None:
+        timer = self.jobs.pop(job, None)
+        if not self.jobs:
+            self._hooks.leave(self)
+        return timer
+
     def _abandon(self, job: Held) -> None:
         """The grace period passed and the handler still runs: send its outcome now."""
-        self.jobs.pop(job, None)
+        self._pop(job)
         if job.phase is not RUNNING:
             return
         self._stats.cancel_abandoned += 1
         event(self._log, "warning", "cancelled handler still running after cancel_grace_ms: "
               "abandoned", "cancel_abandoned", queue=job.queue, job=job.id,
               token=job.token)  # fmt: skip
-        self._slots.decide(job, ABANDONED)
+        self._jobs.decide(job, ABANDONED)
         if job.task is not None and not job.task.done():
             job.task.cancel()  # its slot frees once the task unwinds
 
@@ -113,3 +118,4 @@ class Cancels:
             if timer is not None:
                 timer.cancel()
         self.jobs.clear()
+        self._hooks.leave(self)

@@ -1,193 +1,182 @@
-"""Running attempts: the slots, one task per async job, the timeout watchdog, and what to
-tell the server. No server I/O happens here; outcomes are queued for a batched ack.
+"""A held job's story, top to bottom: fetch, run, record, report (Oban's executor is the model).
 
-Rules (each one tested):
+1. **Fetch** (:meth:`Executor.accept`): a claim's jobs are held, ``READY`` (:mod:`.phase`),
+   and renewed by the heartbeat until their ack lands.
+2. **Run** (:meth:`Executor.start_ready`): while a slot is free a ready job goes ``RUNNING``,
+   an async handler in a task, a sync one in a thread of the pool (no handler: it fails).
+3. **Record** (:meth:`Executor.decide`): its outcome (:mod:`.outcome`, which states the rules)
+   is decided once, by the first of: the handler returning or raising, the watchdog
+   (timeout), a refused lease, a cancel's grace period (:mod:`.cancels`), the shutdown. After
+   the ``on_outcome`` hooks (:mod:`.hooks`) it is ``DECIDED``, queued for its batched ack
+   (:mod:`.acks`), or ``DROPPED`` (its lease was lost: nothing is sent, G4).
+4. **Report** (:meth:`Executor.acked`, :meth:`Executor.landed`): the server's answer is
+   counted and logged; ``ACKED``, the lease is renewed no more.
 
-What each way an attempt can end is sent as: :mod:`.outcome` (each rule there is tested).
-
-An attempt's outcome is decided once, by whichever comes first: the handler returning, the
-watchdog (timeout), a refused lease, or the shutdown; the job then goes from ``RUNNING`` to
-``DECIDED``, or to ``DROPPED`` when its lease was lost (:mod:`.phase`). A slot is held while
-the handler runs and freed the moment it returns, before its ack lands; the lease stays held
-and heartbeated until then. A sync handler runs in a thread that cannot be killed: on timeout
-or shutdown it is told to stop (``ctx.cancelled``) and its result is ignored, but its slot
-stays taken until the thread returns, so ``concurrency`` always bounds the threads in use.
-
-Cost per async job: one task (the handler awaited inside it), no future, timer or
-``threading.Event`` of its own. Timeouts are one watchdog (:mod:`.watchdog`).
+A slot is held while the handler runs and freed the moment it returns, before its ack lands.
+A sync handler's thread cannot be killed: on timeout or shutdown it is told to stop
+(``ctx.cancelled``) and its result is ignored, but it keeps its slot until it returns, so
+``concurrency`` always bounds the threads in use. No server I/O happens here. Cost per async
+job: one task (the handler awaited inside it), no future, timer or ``threading.Event`` of its
+own; timeouts are one watchdog (:mod:`.watchdog`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
-from collections.abc import Callable, Container
-from concurrent.futures import Executor, Future
+from collections.abc import Callable
+from concurrent.futures import Executor as Pool
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..calls.results import encode_result
 from ..errors import InvalidPayload
-from ..model.config import Backoff
 from ..model.lanes import DEFAULT_LANE, RateLimited
-from .context import JobContext
-from .heartbeat import Lease
+from ..model.records import Answer, Claimed
+from ..queue._async.queue import AsyncQueue
+from .acks import AckBuffer
+from .connect import Outage
+from .heartbeat import Heartbeat, Lease
 from .held import Held
-from .options import HandlerSpec, Permanent
-from .outcome import COMPLETE, DISCARD, ChildComplete, Complete, Fail, Hold, describe
-from .outcome import failed as make_fail
+from .hooks import Hooks, Outbox
+from .log import Report
+from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
+from .outcome import (
+    COMPLETE,
+    DISCARD,
+    Ack,
+    ChildComplete,
+    Complete,
+    Discard,
+    Fail,
+    Hold,
+    describe,
+    failed,
+    of_kind,
+)
 from .phase import READY, RUNNING
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from .outcome import Outcome
 else:
-    from .outcome import of_kind as Outcome  # the constructor by kind string (tests/control)
+    Outcome = of_kind  # the constructor by kind string from before the union (tests/control)
+
+COMPLETED = Answer.COMPLETED
 
 
-def failed(
-    spec: HandlerSpec | None,
-    ctx: JobContext,
-    error: str,
-    why: str,
-    *,
-    retry: bool = True,
-    default_max: int | None = None,
-    default_backoff: Backoff | None = None,
-) -> Fail:
-    limit = (spec.max_attempts if spec else None) or default_max
-    backoff = (spec.backoff if spec else None) or default_backoff
-    return make_fail(ctx.attempts, limit, backoff, error, why, retry=retry)
-
-
-Settle = Callable[[Held, "Outcome"], None]
-
-
-class Slots:
-    """Starts ready jobs while fewer than ``concurrency`` handlers run; decides outcomes.
-
-    ``settle(job, outcome)`` is called exactly once per started job; ``freed()`` each time a
-    handler returns (its slot is free)."""
+class Executor:
+    """The jobs a run holds (``ready``, and ``live``: those whose handler runs), and every
+    step of their story. ``busy`` counts the slots taken; ``finished`` the handlers that
+    returned (the claim-ahead is tuned from it)."""
 
     def __init__(
         self,
         handlers: dict[str, HandlerSpec],
+        options: WorkerOptions,
         *,
-        concurrency: int,
-        timeout_ms: int | None,
-        default_max: int | None,
-        default_backoff: Backoff | None,
-        executor: Executor,
-        settle: Settle,
-        freed: Callable[[], None],
-        renewed: Container[Lease],
-        keeps_results: bool = True,
+        pool: Pool,
+        heartbeat: Heartbeat,
+        hooks: Hooks,
+        outbox: Outbox,
+        outage: Outage,
+        report: Report,
+        stats: WorkerStats,
+        room: asyncio.Event,
+        stop: asyncio.Event,
+        progress: Callable[[Lease, str], None] | None,
+        keeps_results: bool,
+        log: logging.Logger,
     ) -> None:
         self.handlers = handlers
         # False when no queue and no handler keeps results: a return value is then ignored
         # without a call per job (the plain path)
         self.keeps_results = keeps_results
-        self.concurrency = concurrency
-        self.timeout_ms = timeout_ms
-        self.default_max = default_max
-        self.default_backoff = default_backoff
-        self.executor = executor
-        self._settle = settle
-        self._freed = freed
+        self.concurrency = options.concurrency
+        self.timeout_ms = options.timeout_ms
+        self.default_max = options.max_attempts
+        self.default_backoff = options.backoff
+        self.pool = pool
+        self.hooks = hooks
+        self.room = room  # set when a slot frees, an outcome is decided or an ack lands
         self.loop = asyncio.get_running_loop()
-        self.renewed = renewed  # the heartbeat's leases: one refused meanwhile is gone
         self.busy = 0  # handlers running (slots taken)
         self.live: set[Held] = set()  # jobs whose handler runs (its slot taken)
+        self.ready: deque[Held] = deque()  # READY: claimed, not started
+        self.finished = 0  # handlers returned
+        self.stats = stats
+        self._report = report
+        self._debug = log.isEnabledFor(logging.DEBUG)  # per-job records only at debug
+        self._hb = heartbeat
+        self.renewed = heartbeat.held  # a lease refused meanwhile is gone from it
+        self._outbox = outbox
+        self._progress = progress
+        self._stop = stop
         self._watchdog = Watchdog(self.loop, self.live, self._timed_out)
         self._arm = self._watchdog.arm
+        self.acks = AckBuffer(outage, log, self.acked, self.landed, hooks, keeps_results)
 
-    @property
-    def abandoned(self) -> int:
-        """Handlers still running after their attempt was decided (a sync handler past its
-        timeout or the grace period: a thread cannot be killed). Each keeps its slot."""
-        return sum(1 for j in self.live if j.phase is not RUNNING)
+    # -- 1. fetch -------------------------------------------------------------------------
 
-    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Fail:
-        return failed(
-            job.spec,
-            job.ctx,
-            error,
-            why,
-            retry=retry,
-            default_max=self.default_max,
-            default_backoff=self.default_backoff,
-        )
+    def accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
+        """A claim of ``q`` leased ``claimed``: held, ``READY``, renewed, started if a slot
+        is free."""
+        name, beat, report = q.name, self._hb.beat_now, self._progress
+        jobs = [Held(q, name, c, beat, report) for c in claimed]
+        for hook in self.hooks.on_claimed:
+            hook(name, claimed)
+        self._hb.add_many(jobs)
+        self.ready.extend(jobs)
+        self.stats.claimed += len(jobs)
+        self.start_ready()
 
-    def completed(self, job: Held, value: Any) -> Complete | ChildComplete | Fail:
-        """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
-        keeps results, a complete carrying the value's JSON text (a flow's child's always
-        carries it, for its parent: :class:`ChildComplete`). A value that is not JSON
-        fails the attempt with no retry (the handler ran; its result cannot be kept)."""
-        spec, options = job.spec, job.q.core.options
-        ttl = options.result_ttl_ms
-        if spec is not None and spec.result_ttl_ms is not None:
-            ttl = spec.result_ttl_ms
-        if not ttl and job.claimed.parent is None:
-            return COMPLETE
-        try:
-            text = encode_result(value, options.max_payload_bytes)
-        except InvalidPayload as exc:
-            return self.fail(job, str(exc), "bad_result", retry=False)
-        if not ttl:  # a flow's child: its result is kept for its parent only
-            return ChildComplete(text)
-        return Complete(text, ttl)
+    # -- 2. run ---------------------------------------------------------------------------
 
-    def from_exception(self, job: Held, exc: BaseException) -> Fail | Hold:
-        if isinstance(exc, RateLimited):
-            lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
-            return Hold(str(exc), exc.retry_in_ms, lane)
-        if isinstance(exc, Permanent):
-            return self.fail(job, describe(exc), "permanent", retry=False)
-        return self.fail(job, describe(exc), "error")
-
-    # -- starting -------------------------------------------------------------------------
-
-    def start_ready(self, ready: deque[Held], on_start: Callable[[Held], None] | None) -> None:
-        """Start jobs from ``ready`` while a slot is free (``on_start`` sees each first)."""
-        handlers, loop, live, limit = self.handlers, self.loop, self.live, self.concurrency
+    def start_ready(self) -> None:
+        """Start ready jobs while a slot is free (none once stopping: the drain gives them
+        back). The ``on_start`` hooks see each first."""
+        if self._stop.is_set():
+            return
+        handlers, loop, live, limit, ready = (
+            self.handlers, self.loop, self.live, self.concurrency, self.ready
+        )  # fmt: skip
+        on_start = self.hooks.on_start
         now = loop.time()
         while ready and self.busy < limit:
             job = ready.popleft()
             job.start()
-            if on_start is not None:
-                on_start(job)
+            if on_start:
+                for hook in on_start:
+                    hook(job)
             spec = job.spec = handlers.get(job.claimed.name)
-            if spec is None or not spec.is_async:
-                self._start_other(job, spec, now)
+            if spec is None:  # it fails at once, and takes no slot
+                error = f"no handler registered for {job.claimed.name!r}"
+                self.decide(job, self.fail(job, error, "no_handler"))
                 continue
             self.busy += 1
             live.add(job)
             timeout = spec.timeout_ms or self.timeout_ms
             if timeout:
                 self._arm(job, now, timeout)
+            if not spec.is_async:
+                self._start_thread(job, spec)
+                continue
             coro = self._run_async(job, spec.fn, spec.takes_ctx)
             if job.context is None:
                 job.task = loop.create_task(coro)
             else:  # traced: the handler runs with its consumer span current
                 job.task = loop.create_task(coro, context=job.context)
 
-    def _start_other(self, job: Held, spec: HandlerSpec | None, now: float) -> None:
-        """A job with no handler (fails at once, takes no slot) or a sync one (a thread)."""
-        if spec is None:
-            error = f"no handler registered for {job.claimed.name!r}"
-            self.decide(job, self.fail(job, error, "no_handler"))
-            return
-        self.busy += 1
-        self.live.add(job)
-        timeout = spec.timeout_ms or self.timeout_ms
-        if timeout:
-            self._arm(job, now, timeout)
+    def _start_thread(self, job: Held, spec: HandlerSpec) -> None:
+        """A sync handler, in a thread of the pool (its slot taken, its timeout armed)."""
         try:
             call, payload = spec.call, job.claimed.payload
             if job.context is None:
-                work = self.executor.submit(call, payload, job.ctx)
+                work = self.pool.submit(call, payload, job.ctx)
             else:  # traced: the handler runs with its consumer span current
-                work = self.executor.submit(job.context.run, call, payload, job.ctx)
+                work = self.pool.submit(job.context.run, call, payload, job.ctx)
         except RuntimeError as exc:  # the pool was shut down: the worker is closing
             self._returned(job)
             self.decide(job, self.fail(job, describe(exc), "shutdown"))
@@ -213,7 +202,9 @@ class Slots:
                     self.decide(job, self.completed(job, value))
                 else:
                     self.decide(job, COMPLETE)
-                self._freed()
+                self.finished += 1
+                if self.ready:
+                    self.start_ready()
                 return
             outcome = None  # decided already (timeout, shutdown, cancel): the value is dropped
         self._returned(job)
@@ -234,16 +225,20 @@ class Slots:
                     self.from_exception(job, exc))  # fmt: skip
 
     def _returned(self, job: Held) -> None:
+        """A handler returned: its slot is free (its ack may still be on its way)."""
         self.busy -= 1
         self.live.discard(job)
-        self._freed()
+        self.finished += 1
+        if self.ready:
+            self.start_ready()
+        self.room.set()
 
-    # -- deciding -------------------------------------------------------------------------
+    # -- 3. record ------------------------------------------------------------------------
 
     def decide(self, job: Held, outcome: Outcome) -> None:
         """``job``'s outcome: RUNNING -> DECIDED (READY -> DECIDED: cancelled before it
         started), or -> DROPPED when its lease was refused meanwhile (any outcome is then a
-        discard)."""
+        discard). The ``on_outcome`` hooks may replace it; then it is queued for its ack."""
         if job.phase is READY:
             job.decide_unstarted()
         elif outcome is DISCARD or job not in self.renewed:
@@ -251,7 +246,90 @@ class Slots:
             job.drop()
         else:
             job.decide()
-        self._settle(job, outcome)
+        self.room.set()  # the drain waits for outcomes
+        hooks = self.hooks.on_outcome
+        if hooks:
+            for hook in hooks:
+                outcome = hook(job, outcome)
+        if isinstance(outcome, Discard):
+            return  # the lease was refused: the heartbeat renews it no more
+        if outcome.why == "timeout":
+            self.stats.timeouts += 1
+        self.acks.put(Ack(job.q, job, outcome))
+
+    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Fail:
+        spec = job.spec
+        limit = (spec.max_attempts if spec else None) or self.default_max
+        backoff = (spec.backoff if spec else None) or self.default_backoff
+        return failed(job.claimed.attempts, limit, backoff, error, why, retry=retry)
+
+    def completed(self, job: Held, value: Any) -> Complete | ChildComplete | Fail:
+        """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
+        keeps results, a complete carrying the value's JSON text (a flow's child's always
+        carries it, for its parent). A value that is not JSON fails the attempt with no
+        retry (the handler ran; its result cannot be kept)."""
+        spec, options, parent = job.spec, job.q.core.options, job.claimed.parent
+        ttl = options.result_ttl_ms
+        if spec is not None and spec.result_ttl_ms is not None:
+            ttl = spec.result_ttl_ms
+        if not ttl and parent is None:
+            return COMPLETE
+        try:
+            text = encode_result(value, options.max_payload_bytes)
+        except InvalidPayload as exc:
+            return self.fail(job, str(exc), "bad_result", retry=False)
+        if not ttl:  # a flow's child: its result is kept for its parent only
+            if "@" in (parent or ""):
+                self._outbox.expect()  # its end waits in this queue's outbox
+            return ChildComplete(text)
+        return Complete(text, ttl)
+
+    def from_exception(self, job: Held, exc: BaseException) -> Fail | Hold:
+        if isinstance(exc, RateLimited):
+            lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
+            return Hold(str(exc), exc.retry_in_ms, lane)
+        if isinstance(exc, Permanent):
+            return self.fail(job, describe(exc), "permanent", retry=False)
+        return self.fail(job, describe(exc), "error")
+
+    # -- 4. report ------------------------------------------------------------------------
+
+    def acked(self, ack: Ack, answer: str) -> None:
+        """The server's answer to ``ack`` (DECIDED -> ACKED), counted and logged."""
+        ack.lease.acked()
+        if answer is COMPLETED and not self._debug:  # the hot path: count only
+            self.stats.completed += 1
+            return
+        o = ack.outcome
+        self._report.acked(ack.lease, o.kind, o.why, o.error, answer)
+
+    def landed(self, batch: list[Ack]) -> None:
+        """A batch of acks landed: its leases are renewed no more; the ``on_acked`` hooks."""
+        self._hb.drop_many([a.lease for a in batch])
+        self.room.set()
+        for hook in self.hooks.on_acked:
+            hook(batch)
+
+    # -- the other arrows: a lost lease, a cancel before the start, a stop ------------------
+
+    def lease_lost(self, lease: Lease) -> None:
+        """The heartbeat was refused (on the loop): cancel the attempt, never send its
+        result. A job not started yet is forgotten (READY -> DROPPED)."""
+        self._report.lost(lease, "extend")
+        if not isinstance(lease, Held):
+            return
+        lease.ctx.cancel("lease_lost")
+        if lease.phase is RUNNING:
+            self.interrupt(lease, "lease_lost")
+        elif lease.phase is READY:
+            self.ready.remove(lease)
+            lease.drop_unstarted()
+            self.room.set()
+
+    def cancel_ready(self, job: Held, outcome: Fail) -> None:
+        """A job cancelled before it started never runs: ``outcome`` is queued now."""
+        self.ready.remove(job)
+        self.decide(job, outcome)
 
     def interrupt(self, job: Held, why: str) -> None:
         """Stop an attempt: ``timeout``, ``shutdown`` or ``lease_lost``. Its outcome is
@@ -274,6 +352,41 @@ class Slots:
 
     def _timed_out(self, job: Held) -> None:
         self.interrupt(job, "timeout")
+
+    def take_ready(self) -> list[Held]:
+        """Every job not started, READY -> GIVING_BACK (a stop gives them back)."""
+        jobs = list(self.ready)
+        self.ready.clear()
+        for job in jobs:
+            job.give_back()
+        return jobs
+
+    async def interrupt_running(self, why: str, unwind_s: float = 1.0) -> None:
+        """Interrupt every attempt still undecided, and give cancelled async handlers up to
+        ``unwind_s`` to unwind."""
+        late = self.running()
+        for job in late:
+            self.interrupt(job, why)
+        tasks = [j.task for j in late if j.task is not None and not j.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=unwind_s)
+
+    # -- what the runner reads ------------------------------------------------------------
+
+    def running(self) -> list[Held]:
+        """Started jobs whose outcome is not decided yet."""
+        return [j for j in self.live if j.phase is RUNNING]
+
+    def idle(self) -> bool:
+        """Nothing ready or undecided (a handler still running after its attempt was
+        decided, such as a sync handler past its timeout, does not count)."""
+        return not self.ready and all(j.phase is not RUNNING for j in self.live)
+
+    @property
+    def abandoned(self) -> int:
+        """Handlers still running after their attempt was decided (a sync handler past its
+        timeout or the grace period: a thread cannot be killed). Each keeps its slot."""
+        return sum(1 for j in self.live if j.phase is not RUNNING)
 
     def close(self) -> None:
         self._watchdog.close()

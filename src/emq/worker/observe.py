@@ -1,7 +1,7 @@
 """What a run tells its metrics (:mod:`.metrics`) and traces (:mod:`emq.observe.otel`) about each
-attempt. The runner makes an :class:`Observer` only when the worker exports metrics
-(``metrics_port``) or OpenTelemetry is active at the run's start; otherwise it calls nothing
-here and the hot path is unchanged.
+attempt: the :class:`Observer` hook (:mod:`.hooks`). The runner adds one only when the worker
+exports metrics (``metrics_port``) or OpenTelemetry is active at the run's start; otherwise
+the story's hook lists do not hold it and the hot path is unchanged.
 
 Per claimed job: its wait (first attempt only). Per started attempt: the start time and, with
 tracing, the consumer span and the context the handler runs in (``Held.context``: the span is
@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Container
+from collections.abc import Container
 
 from ..model.ids import minted_at_ms
 from ..model.records import Claimed
 from ..observe import otel
 from .held import Held
+from .hooks import Hook
 from .metrics import WorkerMetrics
 from .options import WorkerOptions
 from .outcome import Outcome
 
 
-class Observer:
+class Observer(Hook):
     def __init__(self, metrics: WorkerMetrics | None, spans: otel.ConsumerSpans | None,
                  lease_ms: int) -> None:  # fmt: skip
         self.metrics = metrics
@@ -44,7 +45,7 @@ class Observer:
             return None
         return cls(metrics, spans, options.lease_ms)
 
-    def claimed(self, queue: str, jobs: list[Claimed]) -> None:
+    def on_claimed(self, queue: str, jobs: list[Claimed]) -> None:
         if self.metrics is None:
             return
         for c in jobs:
@@ -52,33 +53,23 @@ class Observer:
                 waited = (c.deadline_ms - self.lease_ms - minted_at_ms(c.id)) / 1000
                 self.metrics.waited(queue, c.name, waited)
 
-    def on_start(self, also: Callable[[Held], None] | None) -> Callable[[Held], None]:
-        """The start hook: :meth:`started`, after ``also`` (the debug log) when given."""
-        if also is None:
-            return self.started
-
-        def both(job: Held) -> None:
-            also(job)
-            self.started(job)
-
-        return both
-
-    def started(self, job: Held) -> None:
+    def on_start(self, job: Held) -> None:
         job.started_at = self.loop.time()
         if self.spans is not None:
             c = job.claimed
             span, ctx = self.spans.start(job.queue, c.id, c.name, c.attempts, c.lane, c.trace)
             job.span, job.context = span, ctx
 
-    def settled(self, job: Held, outcome: Outcome) -> None:
+    def on_outcome(self, job: Held, outcome: Outcome) -> Outcome:
         if not job.started_at:
-            return
+            return outcome
         label = outcome.label
         if self.metrics is not None:
             self.metrics.ran(job.queue, job.claimed.name, label, self.loop.time() - job.started_at)
         if job.span is not None and self.spans is not None:
             self.spans.end(job.span, label, outcome.error)
             job.span = None
+        return outcome
 
     def close(self) -> None:
         if self.metrics is not None:

@@ -13,6 +13,10 @@ row and stream show its final progress before its ``completed`` event.
 A server error while sending (unreachable, out of memory) is logged once per episode; the
 values are kept (unless a newer one arrived) and sent after a backoff. Progress is advisory:
 a value still unsent when the worker stops, or when its lease is lost, is dropped.
+
+:class:`Progress` joins the story's ``before_ack`` hooks (:mod:`.hooks`) with the first value
+a handler reports (on the loop, before that handler's outcome can be queued), and stays:
+a worker whose handlers never report progress never calls it.
 """
 
 from __future__ import annotations
@@ -28,16 +32,24 @@ from ..model.records import Answer
 from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
 from .heartbeat import Lease
+from .hooks import Hook, Hooks
 
 CHUNK = 1_000
 PRUNE_AT = 4_096  # send times kept before the stale ones are dropped
 
 
-class Progress:
+class Progress(Hook):
     """The latest unsent progress of each held job, and the task that sends it."""
 
-    def __init__(self, queues: dict[str, AsyncQueue], interval_ms: int, outage: Outage) -> None:
+    def __init__(
+        self,
+        queues: dict[str, AsyncQueue],
+        interval_ms: int,
+        outage: Outage,
+        hooks: Hooks | None = None,
+    ) -> None:
         self._queues = queues
+        self._hooks = hooks
         self._interval = interval_ms / 1000
         self._outage = outage
         self._lock = threading.Lock()
@@ -57,7 +69,13 @@ class Progress:
                 return
             self._idle = False
         with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        """On the loop, after a value arrived while the task was idle."""
+        if self._hooks is not None:
+            self._hooks.join(self)  # from now on, the last values go before each ack batch
+        self._wake.set()
 
     async def run(self) -> None:
         """Send what is due, sleep until the next job's interval has passed; wait while
@@ -127,6 +145,8 @@ class Progress:
                 self._outage.failed(exc, "progress")
             else:
                 self._outage.ok("progress")
+
+    before_ack = flush_jobs  # the hook: a batch of acks is about to be sent
 
     async def _send(self, due: list[tuple[Lease, str]]) -> None:
         by_queue: dict[str, list[tuple[Lease, str]]] = {}

@@ -3,10 +3,12 @@
 A :class:`Runner` lives for one :meth:`emq.worker.Worker.run` and owns its whole lifecycle
 (:meth:`Runner.run`): start the heartbeat, the maintenance beat and the ack flusher, claim
 until stopped, drain (:meth:`Runner.drain`, from the steps of :mod:`.shutdown`), tear down,
-and raise :class:`~emq.errors.WorkerFailed` if a component failed. The hot path is two script
+and raise :class:`~emq.errors.WorkerFailed` if a component failed. What happens to each job
+it claims, from its start to its ack, is told in one place: :mod:`.execute`, with the
+features that join that story as hooks (:mod:`.hooks`). The hot path is two script
 calls per batch, whatever its size: one ``claim`` for up to the free slots and one
-``complete`` for the handlers that finished together. A slot frees when its handler returns
-(:mod:`.execute`); its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
+``complete`` for the handlers that finished together. A slot frees when its handler returns;
+its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
 short handlers the runner claims ahead, so the next claim is on its way while the jobs it
 holds run (:meth:`Runner._tune`). With nothing to claim, the runner parks
 on the queues' wake lists (``BLPOP`` on a connection of its own) that enqueue, promote, sweep,
@@ -22,36 +24,30 @@ import logging
 import signal
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..errors import WorkerFailed
 from ..model.config import QueueOptions
-from ..model.records import Answer, Claimed
 from ..queue._async.queue import AsyncQueue
 from ..queue._sync.queue import Queue
 from ..server.clients import aclose_client, close_client
-from .acks import Ack, AckBuffer
 from .cancels import Cancels
 from .connect import ClientFactory, Outage, first, park, retry
-from .execute import Slots
-from .heartbeat import Heartbeat, Lease
-from .held import Held
+from .execute import Executor
+from .heartbeat import Heartbeat
+from .hooks import Hooks, LogStarts, Outbox
 from .log import Report, event
 from .maintenance import Maintenance
 from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
-from .outcome import ChildComplete, Discard, Outcome
-from .phase import READY, RUNNING
 from .presence import Presence
 from .progress import Progress
 from .shutdown import flush_acks, give_back, wait_until
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-DEBUG = logging.DEBUG
 AHEAD_FACTOR = 2  # the claim-ahead holds at most this many times ``concurrency``
 TUNE_MAX_RTT_S = 1.0  # a claim slower than this (an outage, a re-send) does not tune it
 
@@ -84,7 +80,7 @@ class Runner:
             {n: Queue(self.sync, n, options=opt) for n, opt in queues.items()},
             lease_ms=o.lease_ms,
             interval_s=o.beat_ms / 1000,
-            on_lost=functools.partial(self._soon, self._lease_lost),
+            on_lost=lambda lease: self._soon(self.jobs.lease_lost, lease),
             on_crash=functools.partial(self._soon, self.crash, "heartbeat"),
             outage=self.outage,
             log=log,
@@ -94,38 +90,15 @@ class Runner:
         self.observe = Observer.of(o, handlers)  # None: no metrics endpoint, no tracing
         port = self.observe.port if self.observe is not None else 0
         self.presence = Presence(self.client, list(queues), o.concurrency,
-                                 lambda: self.slots.busy, log, factory.shown_url, port)  # fmt: skip
+                                 lambda: self.jobs.busy, log, factory.shown_url, port)  # fmt: skip
         self.beat = Maintenance(self.queues, o, self.outage, self.report, self.presence)
-        self._outbox_written = False
-        by_name = {q.name: q for q in self.queues}
-        self.progress = Progress(by_name, o.progress_interval_ms, self.outage)
-        keeps = any(h.result_ttl_ms for h in handlers.values()) or any(
-            q.core.options.result_ttl_ms or q.core.options.keep_completed for q in self.queues
-        )  # does anything keep results or completed jobs? If not, acks stay plain
-        self.acks = AckBuffer(self.outage, log, self._acked, self._landed,
-                              self.progress.flush_jobs, keeps_results=keeps)  # fmt: skip
-        self.executor = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
-        self.slots = Slots(
-            handlers,
-            concurrency=o.concurrency,
-            timeout_ms=o.timeout_ms,
-            default_max=o.max_attempts,
-            default_backoff=o.backoff,
-            executor=self.executor,
-            settle=self._settle,
-            freed=self._freed,
-            renewed=self.hb.held,
-            keeps_results=keeps,
-        )
-        self.ready: deque[Held] = deque()  # claimed, not started
-        self.cancels = Cancels(slots=self.slots, ready=self.ready, settle=self._settle,
-                               grace_ms=o.cancel_grace_ms, stats=stats, log=log)  # fmt: skip
+        self.pool = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.room = asyncio.Event()  # set when a slot frees or an ack batch lands
+        self._story(handlers)
         # acks queued or in flight beyond which the claimer waits (their leases are held)
         self.max_unacked = 1_000 + o.concurrency + o.prefetch
         # claim-ahead for short handlers, tuned by _tune: 0 up to max_ahead
         self.ahead = 0
-        self.finished = 0  # handlers returned
         self._last_reply = 0.0  # loop time of the last claim reply
         self._retry_in = 0  # ms until a limit of the last claim lifts (0: wait for a wake-up)
         self._blocked = False  # the last claim was held back by a concurrency limit
@@ -133,7 +106,32 @@ class Runner:
         self._stuck_since: float | None = None  # burst: since abandoned threads fill the slots
         self._rr = 0
         self.forced = False  # a second signal stopped the run at once
-        self.debug = log.isEnabledFor(DEBUG)  # per-job records are written only at debug
+
+    def _story(self, handlers: dict[str, HandlerSpec]) -> None:
+        """The held jobs' story (:mod:`.execute`) and the features that join it, in the order
+        every event calls them (:mod:`.hooks`): each only when enabled, or once it has work."""
+        o, log, stats = self.options, self.log, self.stats
+        keeps = any(h.result_ttl_ms for h in handlers.values()) or any(
+            q.core.options.result_ttl_ms or q.core.options.keep_completed for q in self.queues
+        )  # does anything keep results or completed jobs? If not, acks stay plain
+        self.hooks = hooks = Hooks()
+        if log.isEnabledFor(logging.DEBUG):
+            hooks.add(LogStarts(log), joined=True)
+        outbox = Outbox(hooks, self.beat.poke)
+        hooks.add(outbox, joined=False)  # joins when a child of another queue's parent ends
+        by_name = {q.name: q for q in self.queues}
+        self.progress = Progress(by_name, o.progress_interval_ms, self.outage, hooks)
+        self.jobs = Executor(handlers, o, pool=self.pool, heartbeat=self.hb, hooks=hooks,
+                             outbox=outbox, outage=self.outage, report=self.report, stats=stats,
+                             room=self.room, stop=self.stop, progress=self.progress.put,
+                             keeps_results=keeps, log=log)  # fmt: skip
+        self.acks = self.jobs.acks
+        self.cancels = Cancels(jobs=self.jobs, hooks=hooks, grace_ms=o.cancel_grace_ms,
+                               stats=stats, log=log)  # fmt: skip
+        hooks.add(self.cancels, joined=False)  # joins while a cancelled job is held
+        if self.observe is not None:
+            hooks.add(self.observe, joined=True)
+        hooks.add(self.progress, joined=False)  # joins with the first progress reported
 
     async def run(self, names: list[str], handle_signals: bool) -> None:
         """The whole run: start -> claim loop -> drain -> teardown, then raise
@@ -167,7 +165,7 @@ class Runner:
         finally:
             self.stop.set()
             self.hb.stop()
-            for task in (beat, flusher, sender, *(j.task for j in self.live if j.task)):
+            for task in (beat, flusher, sender, *(j.task for j in self.jobs.live if j.task)):
                 task.cancel()
             await asyncio.gather(beat, flusher, sender, return_exceptions=True)
             await self.presence.leave()
@@ -200,16 +198,16 @@ class Runner:
         self.stop.set()
         self.room.set()
         self.hb.stop()
-        self.slots.close()
+        self.jobs.close()
         self.cancels.close()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
         await aclose_client(self.client)
         await aclose_client(self.blocking)
         close_client(self.sync)
         if self.observe is not None:
             self.observe.close()
         self.stats.outages = self.outage.count
-        self.stats.abandoned = self.slots.abandoned
+        self.stats.abandoned = self.jobs.abandoned
         self.stats.uncertain_acks = self.acks.uncertain
         self.stats.heartbeats = self.hb.beats
         self.stats.heartbeat_max_late_ms = round(self.hb.max_late_s * 1000, 1)
@@ -238,17 +236,10 @@ class Runner:
 
         task.add_done_callback(done)
 
-    @property
-    def live(self) -> set[Held]:
-        """Started jobs whose handler runs (its outcome decided or not)."""
-        return self.slots.live
-
     def idle(self) -> bool:
         """Nothing ready, undecided or waiting for its ack (a handler still running after its
         attempt was decided, such as a sync handler past its timeout, does not count)."""
-        if self.ready or self.acks.outstanding:
-            return False
-        return all(j.phase is not RUNNING for j in self.slots.live)
+        return not self.acks.outstanding and self.jobs.idle()
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """A graceful stop (docs/worker.md#shutdown), once claiming has stopped: give back
@@ -256,26 +247,13 @@ class Runner:
         the rest, then flush every ack."""
         grace_ms = self.options.grace_ms
         deadline = time.monotonic() + grace_ms / 1000
-        unstarted = list(self.ready)
-        self.ready.clear()
-        for job in unstarted:
-            job.give_back()
-        await give_back(unstarted, self.outage, self.hb.drop, self.report, deadline)
-        if running := self._running():
+        await give_back(self.jobs.take_ready(), self.outage, self.hb.drop, self.report, deadline)
+        if running := self.jobs.running():
             self.event("info", "waiting for running jobs", "draining", running=len(running),
                        grace_ms=grace_ms)  # fmt: skip
-            await wait_until(lambda: not self._running(), self.room, deadline)
-        late = self._running()
-        for job in late:
-            self.slots.interrupt(job, "shutdown")
-        tasks = [j.task for j in late if j.task is not None and not j.task.done()]
-        if tasks:  # let cancelled async handlers unwind
-            await asyncio.wait(tasks, timeout=1.0)
+            await wait_until(lambda: not self.jobs.running(), self.room, deadline)
+        await self.jobs.interrupt_running("shutdown")
         await flush_acks(self.acks.close, flusher, deadline)
-
-    def _running(self) -> list[Held]:
-        """Started jobs whose outcome is not decided yet."""
-        return [j for j in self.live if j.phase is RUNNING]
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -286,7 +264,7 @@ class Runner:
         o = self.options
         if self.acks.outstanding >= self.max_unacked:
             return 0
-        return o.concurrency + max(o.prefetch, self.ahead) - self.slots.busy - len(self.ready)
+        return o.concurrency + max(o.prefetch, self.ahead) - self.jobs.busy - len(self.jobs.ready)
 
     def _tune(self, consumed: int) -> None:
         """Set the claim-ahead after a claim reply from ``consumed``, the handlers that
@@ -328,7 +306,7 @@ class Runner:
         if not self.options.burst or not self.idle():
             self._stuck_since = None
             return False
-        abandoned = self.slots.abandoned
+        abandoned = self.jobs.abandoned
         if stuck:
             if not abandoned:
                 return False
@@ -357,16 +335,16 @@ class Runner:
             # one request id for every re-send: a claim whose reply was lost returns its jobs
             request = uuid.uuid4().hex
             claim = functools.partial(q.claim, want, self.options.lease_ms, request=request)
-            before, sent = self.finished, self.loop.time()
+            before, sent = self.jobs.finished, self.loop.time()
             # every slot ran dry before this claim went, soon after the last reply landed
-            drained = before > 0 and not self.slots.busy and not self.ready
+            drained = before > 0 and not self.jobs.busy and not self.jobs.ready
             jobs, _ = await retry(self.outage, "claim", claim, stop=self.stop)
             if jobs is None:
                 return None
             self.stats.claim_calls += 1
             landed = self.loop.time()
             if landed - sent < TUNE_MAX_RTT_S:  # not across an outage's backoff
-                consumed = self.finished - before
+                consumed = self.jobs.finished - before
                 if drained and len(jobs) == want and sent - self._last_reply <= 4 * (landed - sent):
                     consumed = max(consumed, want)  # the whole batch could have run meanwhile
                 self._tune(consumed)
@@ -377,20 +355,10 @@ class Runner:
                 self._retry_in = min(self._retry_in or jobs.retry_in_ms, jobs.retry_in_ms)
             self._blocked = self._blocked or jobs.blocked
             if jobs:
-                self._accept(q, jobs)
+                self.jobs.accept(q, jobs)
             total += len(jobs)
         self._rr += 1
         return total
-
-    def _accept(self, q: AsyncQueue, claimed: list[Claimed]) -> None:
-        name, beat, report = q.name, self.hb.beat_now, self.progress.put
-        jobs = [Held(q, name, c, beat, report) for c in claimed]
-        if self.observe is not None:
-            self.observe.claimed(name, claimed)
-        self.hb.add_many(jobs)
-        self.ready.extend(jobs)
-        self.stats.claimed += len(jobs)
-        self.start_ready()
 
     async def _park(self) -> None:
         """Wait on the wake lists until a token arrives, ``poll_ms`` passes (or the time the
@@ -400,74 +368,6 @@ class Runner:
         self.room.clear()
         extra = [self.room.wait()] if self.options.burst else []
         await park(self.blocking, keys, wait_ms, self.outage, self.stop, *extra)
-
-    # -- running --------------------------------------------------------------------------
-
-    def start_ready(self) -> None:
-        if self.stop.is_set():
-            return  # unstarted jobs are given back by the drain
-        hook: Callable[[Held], None] | None = (
-            self._log_start if self.log.isEnabledFor(DEBUG) else None
-        )
-        if self.observe is not None:
-            hook = self.observe.on_start(hook)
-        self.slots.start_ready(self.ready, hook)
-
-    def _log_start(self, job: Held) -> None:
-        c = job.claimed
-        self.event("debug", "job started", "run", queue=job.queue, job=c.id, name=c.name)
-
-    def _freed(self) -> None:
-        """A handler returned: its slot is free (its ack may still be on its way)."""
-        self.finished += 1
-        if self.ready:
-            self.start_ready()
-        self.room.set()
-
-    def _settle(self, job: Held, outcome: Outcome) -> None:
-        self.room.set()  # the drain waits for outcomes
-        if type(outcome) is ChildComplete and "@" in (job.claimed.parent or ""):
-            self._outbox_written = True  # its parent is in another queue: deliver soon
-        if self.cancels.jobs:  # a cancelled job ends dead, cancelled (.cancels)
-            outcome = self.cancels.outcome(job, outcome)
-        if self.observe is not None:
-            self.observe.settled(job, outcome)
-        if isinstance(outcome, Discard):
-            return  # the lease was refused: already dropped from the heartbeat
-        if outcome.why == "timeout":
-            self.stats.timeouts += 1
-        self.acks.put(Ack(job.q, job, outcome))
-
-    def _landed(self, batch: list[Ack]) -> None:
-        self.hb.drop_many([a.lease for a in batch])
-        self.room.set()
-        if self._outbox_written:
-            self._outbox_written = False
-            self.beat.poke()
-
-    def _acked(self, ack: Ack, answer: str) -> None:
-        ack.lease.acked()  # DECIDED -> ACKED
-        if answer is Answer.COMPLETED and not self.debug:  # the hot path: count only
-            self.stats.completed += 1
-            return
-        o = ack.outcome
-        self.report.acked(ack.lease, o.kind, o.why, o.error, answer)
-
-    def count_lost(self, lease: Lease, via: str) -> None:
-        self.report.lost(lease, via)
-
-    def _lease_lost(self, lease: Lease) -> None:
-        """The heartbeat was refused: cancel the attempt, never send its result."""
-        self.count_lost(lease, "extend")
-        if not isinstance(lease, Held):
-            return
-        lease.ctx.cancel("lease_lost")
-        if lease.phase is RUNNING:
-            self.slots.interrupt(lease, "lease_lost")
-        elif lease.phase is READY:  # claimed but not started: just forget it
-            self.ready.remove(lease)
-            lease.drop_unstarted()
-            self.room.set()
 
     def event(self, level: str, msg: str, name: str, /, **fields: Any) -> None:
         """One structured log record (:func:`.log.event`)."""
