@@ -1,6 +1,6 @@
-"""Burst runs that end cleanly (issue 10, item 2): a sync handler hung past its timeout does not
-keep ``--burst`` from exiting; a clean run says nothing about idle pool threads; the user's
-``atexit`` handlers run either way."""
+"""Burst runs that end cleanly (docs/worker.md, "Logs and stats": ``idle``): a sync handler
+hung past its timeout does not keep ``--burst`` from exiting; a clean run says nothing about
+idle pool threads; the user's ``atexit`` handlers run either way."""
 
 from __future__ import annotations
 
