@@ -14,7 +14,8 @@ each kind its marker names, on Valkey and Redis when it has none. A test that ta
 ``server`` is in the no-server lane, unless it uses the suite's cluster (``cluster_server``) or
 its marker names exactly one kind: then it runs only where that kind is selected. ``--servers``
 (a comma list of valkey, redis, cluster; all by default) selects kinds; tests of other kinds
-are deselected, and the no-server lane always runs.
+are deselected, and the no-server lane always runs. Each module starts on an empty keyspace:
+the suite's servers are flushed when a module is done with them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ DEFAULT_KINDS = ("valkey", "redis")  # a module with no servers marker: no clust
 LANES = ("none", *KINDS)  # "none": a test that uses none of the suite's servers
 LANE = pytest.StashKey[str]()  # an item's lane
 COLLECTED = pytest.StashKey[str]()  # the per-lane counts of every collected test
+_STARTED: dict[str, EmbeddedServer | ClusterServer] = {}  # the session's servers, by kind
 
 
 def _binary(kind: str) -> Path | None:
@@ -149,7 +151,9 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
 def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServer]:
     cluster = EmbeddedCluster(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=1)
     cluster.start()
-    yield ClusterServer(cluster)
+    _STARTED["cluster"] = found = ClusterServer(cluster)
+    yield found
+    del _STARTED["cluster"]
     cluster.stop()
 
 
@@ -168,8 +172,24 @@ def server(
         pytest.skip(f"{kind}-server not on the PATH")
     srv = EmbeddedServer(tmp_path_factory.mktemp(kind), binary=binary)
     srv.start()
+    _STARTED[kind] = srv
     yield srv
+    del _STARTED[kind]
     srv.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_keyspace() -> Iterator[None]:
+    """Flush the suite's servers once a module is done with them: the next module starts on an
+    empty keyspace, so a check that scans it (``SCAN MATCH``: assert_consistent and others)
+    reads that module's keys, not those of every test run before it."""
+    yield
+    for srv in list(_STARTED.values()):
+        c = sync_client(srv.url())
+        try:
+            c.flushall()
+        finally:
+            close_client(c)
 
 
 @pytest.fixture
