@@ -280,6 +280,7 @@ def test_a_redriven_parent_waits_for_its_unfinished_children(
     check_flows(client, qname)
 
 
+@pytest.mark.slow  # seconds: a scale limit
 def test_ten_thousand_children_are_one_step_and_one_more_is_refused(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:

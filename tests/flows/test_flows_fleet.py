@@ -41,6 +41,7 @@ def spawn(url: str, queues: list[str], tmp: Path, n: int) -> subprocess.Popen[by
         )  # fmt: skip
 
 
+@pytest.mark.slow  # real processes, SIGKILLed
 @pytest.mark.parametrize("across", [False, True], ids=["one-queue", "two-queues"])
 def test_a_thousand_children_under_random_sigkills_run_their_parent_once(
     url: str, queue: Queue, client: redis.Redis, qname: str, tmp_path: Path, across: bool

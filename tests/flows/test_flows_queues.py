@@ -240,6 +240,7 @@ async def test_the_async_twin_admits_and_delivers_across_queues(
     check_flows(client, QueueKeys.of(qname + "-kids").queue)
 
 
+@pytest.mark.slow  # seconds: a fault episode
 async def test_an_out_of_memory_episode_delays_delivery_and_loses_nothing(
     own: EmbeddedServer, admin: redis.Redis
 ) -> None:

@@ -51,6 +51,7 @@ def test_weights_give_a_proportional_share_while_both_lanes_have_work(
     check_lanes(client, qname)
 
 
+@pytest.mark.slow  # seconds: 22,000 jobs
 def test_a_big_lane_does_not_starve_fifty_small_ones(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:

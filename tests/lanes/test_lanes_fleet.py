@@ -136,6 +136,7 @@ def test_a_rate_holds_in_every_window_of_server_time_across_three_workers(
     check_lanes(client, qname)
 
 
+@pytest.mark.slow  # seconds: waits out a 2 s rate hold
 async def test_rate_limited_holds_its_lane_spends_no_attempt_and_spares_other_lanes(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:
@@ -166,6 +167,7 @@ async def test_rate_limited_holds_its_lane_spends_no_attempt_and_spares_other_la
     check_lanes(client, qname)
 
 
+@pytest.mark.slow  # seconds: a worker runs thousands of jobs
 async def test_one_worker_serves_fifty_small_lanes_before_a_big_one_gets_far(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:

@@ -240,6 +240,7 @@ def test_a_bad_schedule_key_is_refused(queue: Queue, client: redis.Redis, key: A
     assert not list(client.scan_iter(match=queue.core.keys.prefix + "*"))
 
 
+@pytest.mark.slow  # seconds: a scale limit
 def test_4096_schedules_each_own_slot_the_next_refused_and_a_freed_slot_has_a_floor(
     queue: Queue, client: redis.Redis, qname: str
 ) -> None:

@@ -144,6 +144,7 @@ def test_due_latest_and_all() -> None:
     )
 
 
+@pytest.mark.slow  # seconds: walks a long downtime's ticks
 def test_due_latest_after_a_long_cron_downtime_jumps_to_the_last_due_tick() -> None:
     cron = TickRule(cron="* * * * *")
     start = ms("2025-01-01 00:00")
