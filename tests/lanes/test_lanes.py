@@ -15,7 +15,7 @@ from emq.model.events import parse_id
 from ..support.helpers import expire_leases
 from ..support.lanes_check import check_lanes
 
-pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+pytestmark = pytest.mark.servers("valkey", "redis")  # one queue's keys only: no cross-slot path
 
 
 def lanes_of(jobs: list) -> list[str | None]:

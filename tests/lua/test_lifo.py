@@ -15,7 +15,7 @@ from emq.cli.main import cli
 
 from ..support.helpers import assert_consistent, expire_leases
 
-pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+pytestmark = pytest.mark.servers("valkey", "redis")  # one queue's keys only: no cross-slot path
 
 P_MAX, P_MIN = 2**31 - 1, -(2**31)
 

@@ -13,7 +13,7 @@ from emq import Queue
 
 from ..support.helpers import assert_consistent, expire_leases, node_of, where
 
-pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
+pytestmark = pytest.mark.servers("valkey", "redis")  # one queue's keys only: no cross-slot path
 
 PROCS = 4
 
