@@ -27,7 +27,8 @@ BANNER = "# Generated from emq/queue/_async/{name} by scripts/unasync.py: edit t
 
 # (pattern, replacement), regular expressions applied in order to each file
 RULES: list[tuple[str, str]] = [
-    (r"\bawait asyncio\.to_thread\((\w[\w.]*)(?:, ?|(?=\)))", r"\1("),  # a blocking call, made directly
+    # a blocking call handed to a thread is made directly
+    (r"\bawait asyncio\.to_thread\((\w[\w.]*)(?:, ?|(?=\)))", r"\1("),
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
     (r"\basync def\b", "def"),
