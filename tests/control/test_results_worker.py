@@ -14,8 +14,8 @@ import redis
 from emq import AsyncQueue, JobDead, JobNotFound, Queue, QueueOptions, Worker, WorkerOptions
 from emq.worker.acks import Ack, AckBuffer
 from emq.worker.connect import Outage
-from emq.worker.execute import Outcome
 from emq.worker.heartbeat import Lease
+from emq.worker.outcome import Complete
 
 from ..support.helpers import assert_consistent, until
 
@@ -166,7 +166,7 @@ async def test_a_lost_reply_of_a_kept_completion_is_settled_from_the_row(
     answers: dict[str, str] = {}
     log = logging.getLogger("test")
     buf = AckBuffer(Outage(log), log, lambda ack, ans: answers.update({ack.lease.id: ans}))
-    done = Outcome("complete", why="ok", result='{"v":1}', result_ttl_ms=60_000)
+    done = Complete(result='{"v":1}', result_ttl_ms=60_000)
     ack = Ack(_ReplyLost(aq), Lease(qname, a, c.token), done)  # type: ignore[arg-type]
     await buf.flush([ack])
     assert answers == {a: "completed"} and buf.uncertain == 1

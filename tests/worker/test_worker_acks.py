@@ -23,6 +23,7 @@ from emq import (
     WorkerOptions,
 )
 from emq.worker import Cancelled
+from emq.worker.execute import Executor
 
 from ..support.helpers import assert_consistent, expire_leases, until, where
 
@@ -301,6 +302,35 @@ async def test_an_ack_that_fails_with_a_bug_stops_the_worker_loudly(
     with pytest.raises(WorkerFailed, match="acks failed: RuntimeError: a bug in the ack path"):
         await asyncio.wait_for(w.run(), HANG)
     # the worker did not go on half-alive: the job waits in active for the sweep
+    assert where(client, qname, job) == ["active"]
+    expire_leases(client, qname, job)
+    assert queue.sweep_stalled().recovered == [job]
+    assert_consistent(client, qname)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_bug_in_a_jobs_story_stops_the_worker_loudly(
+    queue: Queue, client: redis.Redis, qname: str, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """An error of the executor itself (here: deciding an outcome), not of the handler, ends
+    the run with WorkerFailed instead of an unretrieved task exception; the job is left in
+    active for the sweep, never dropped."""
+
+    def broken(self: Executor, job: Any, outcome: Any) -> None:
+        raise RuntimeError("a bug in the job's story")
+
+    monkeypatch.setattr(Executor, "decide", broken)
+    async def run_async(payload: Any) -> None:
+        return None
+
+    def run_sync(payload: Any) -> None:
+        return None
+
+    w = Worker(queue, options=WorkerOptions(lease_ms=5_000))
+    w.handler("j")(run_async if kind == "async" else run_sync)
+    job = queue.enqueue("j", None)
+    with pytest.raises(WorkerFailed, match="executor failed: RuntimeError: a bug in the job"):
+        await asyncio.wait_for(w.run(), HANG)
     assert where(client, qname, job) == ["active"]
     expire_leases(client, qname, job)
     assert queue.sweep_stalled().recovered == [job]

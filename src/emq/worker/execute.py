@@ -13,17 +13,15 @@
    counted and logged; ``ACKED``, the lease is renewed no more.
 
 A slot is held while the handler runs and freed the moment it returns, before its ack lands.
-A sync handler's thread cannot be killed: on timeout or shutdown it is told to stop
-(``ctx.cancelled``) and its result is ignored, but it keeps its slot until it returns, so
-``concurrency`` always bounds the threads in use. No server I/O happens here. Cost per async
-job: one task (the handler awaited inside it), no future, timer or ``threading.Event`` of its
-own; timeouts are one watchdog (:mod:`.watchdog`).
+A sync handler's thread cannot be killed: told to stop (``ctx.cancelled``) on timeout or
+shutdown, its result ignored, it keeps its slot until it returns, so ``concurrency`` bounds the
+threads in use. No server I/O here; an async job costs one task, timeouts one watchdog. An
+error of the story itself (never a handler's: that is its outcome) stops the worker loudly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -54,15 +52,12 @@ from .outcome import (
     Hold,
     describe,
     failed,
-    of_kind,
 )
 from .phase import READY, RUNNING
-from .watchdog import Watchdog
+from .watchdog import Watchdog, call_soon_from_thread
 
 if TYPE_CHECKING:
     from .outcome import Outcome
-else:
-    Outcome = of_kind  # the constructor by kind string from before the union (tests/control)
 
 COMPLETED = Answer.COMPLETED
 
@@ -86,6 +81,7 @@ class Executor:
         stats: WorkerStats,
         room: asyncio.Event,
         stop: asyncio.Event,
+        crash: Callable[[str, BaseException], None],
         progress: Callable[[Lease, str], None] | None,
         keeps_results: bool,
         log: logging.Logger,
@@ -114,6 +110,7 @@ class Executor:
         self._outbox = outbox
         self._progress = progress
         self._stop = stop
+        self._crash = crash  # a bug of the story itself (not a handler's error) stops the run
         self._watchdog = Watchdog(self.loop, self.live, self._timed_out)
         self._arm = self._watchdog.arm
         self.acks = AckBuffer(outage, log, self.acked, self.landed, hooks, keeps_results)
@@ -168,6 +165,7 @@ class Executor:
                 job.task = loop.create_task(coro)
             else:  # traced: the handler runs with its consumer span current
                 job.task = loop.create_task(coro, context=job.context)
+            job.task.add_done_callback(self._task_done)
 
     def _start_thread(self, job: Held, spec: HandlerSpec) -> None:
         """A sync handler, in a thread of the pool (its slot taken, its timeout armed)."""
@@ -181,7 +179,8 @@ class Executor:
             self._returned(job)
             self.decide(job, self.fail(job, describe(exc), "shutdown"))
             return
-        work.add_done_callback(lambda w: _call_soon(self.loop, self._thread_done, job, w))
+        loop, done = self.loop, self._thread_done
+        work.add_done_callback(lambda w: call_soon_from_thread(loop, done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
         outcome: Outcome | None
@@ -213,16 +212,23 @@ class Executor:
                 outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
             self.decide(job, outcome)
 
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (bug := task.exception()) is not None:
+            self._crash("executor", bug)
+
     def _thread_done(self, job: Held, work: Future[Any]) -> None:
-        self._returned(job)
-        if job.phase is not RUNNING:
-            return
-        if work.cancelled():
-            self.decide(job, self.fail(job, "cancelled: the worker closed", "shutdown"))
-            return
-        exc = work.exception()
-        self.decide(job, self.completed(job, work.result()) if exc is None else
-                    self.from_exception(job, exc))  # fmt: skip
+        try:
+            self._returned(job)
+            if job.phase is not RUNNING:
+                return
+            if work.cancelled():
+                self.decide(job, self.fail(job, "cancelled: the worker closed", "shutdown"))
+                return
+            exc = work.exception()
+            self.decide(job, self.completed(job, work.result()) if exc is None else
+                        self.from_exception(job, exc))  # fmt: skip
+        except Exception as bug:
+            self._crash("executor", bug)
 
     def _returned(self, job: Held) -> None:
         """A handler returned: its slot is free (its ack may still be on its way)."""
@@ -378,8 +384,7 @@ class Executor:
         return [j for j in self.live if j.phase is RUNNING]
 
     def idle(self) -> bool:
-        """Nothing ready or undecided (a handler still running after its attempt was
-        decided, such as a sync handler past its timeout, does not count)."""
+        """Nothing ready or undecided (an abandoned handler, below, does not count)."""
         return not self.ready and all(j.phase is not RUNNING for j in self.live)
 
     @property
@@ -390,8 +395,3 @@ class Executor:
 
     def close(self) -> None:
         self._watchdog.close()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to free
-        loop.call_soon_threadsafe(fn, *args)

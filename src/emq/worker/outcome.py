@@ -236,30 +236,3 @@ def failed(
     if limit is not None and attempts >= limit:
         retry = False
     return Fail(error, retry, backoff, why)
-
-
-def of_kind(
-    kind: str,
-    error: str = "",
-    retry: bool = True,
-    backoff: Backoff | None = None,
-    why: str = "",
-    hold_ms: int = 0,
-    hold: str = "",
-    result: str | None = None,
-    result_ttl_ms: int = 0,
-) -> Outcome:
-    """The member named by ``kind`` (``"complete"``, ``"child"``, ``"fail"``, ``"hold"`` or
-    ``"discard"``), from the fields of the record outcomes were before this union: how code
-    written then (``tests/control/test_results_worker.py``) still builds one."""
-    if kind == "complete":
-        return Complete(result, result_ttl_ms)
-    if kind == "child":
-        return ChildComplete(result or "null")
-    if kind == "fail":
-        return Fail(error, retry, backoff, why)
-    if kind == "hold":
-        return Hold(error, hold_ms, hold)
-    if kind == "discard":
-        return DISCARD
-    raise ValueError(f"no outcome of kind {kind!r}")

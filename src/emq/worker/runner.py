@@ -24,7 +24,7 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -45,6 +45,7 @@ from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .presence import Presence
 from .progress import Progress
 from .shutdown import flush_acks, give_back, wait_until
+from .watchdog import call_soon_from_thread
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -76,15 +77,16 @@ class Runner:
         self.stop = asyncio.Event()
         self.crashed: tuple[str, BaseException] | None = None  # the first component to fail
         self.outage = Outage(log, factory.shown_url)
+        soon = functools.partial(call_soon_from_thread, self.loop)  # from the heartbeat thread
         self.hb = Heartbeat(
             {n: Queue(self.sync, n, options=opt) for n, opt in queues.items()},
             lease_ms=o.lease_ms,
             interval_s=o.beat_ms / 1000,
-            on_lost=lambda lease: self._soon(self.jobs.lease_lost, lease),
-            on_crash=functools.partial(self._soon, self.crash, "heartbeat"),
+            on_lost=lambda lease: soon(self.jobs.lease_lost, lease),
+            on_crash=functools.partial(soon, self.crash, "heartbeat"),
             outage=self.outage,
             log=log,
-            on_cancel=lambda lease, why: self._soon(self.cancels.requested, lease, why),
+            on_cancel=lambda lease, why: soon(self.cancels.requested, lease, why),
         )
         self.report = Report(log, stats)
         self.observe = Observer.of(o, handlers)  # None: no metrics endpoint, no tracing
@@ -123,8 +125,8 @@ class Runner:
         self.progress = Progress(by_name, o.progress_interval_ms, self.outage, hooks)
         self.jobs = Executor(handlers, o, pool=self.pool, heartbeat=self.hb, hooks=hooks,
                              outbox=outbox, outage=self.outage, report=self.report, stats=stats,
-                             room=self.room, stop=self.stop, progress=self.progress.put,
-                             keeps_results=keeps, log=log)  # fmt: skip
+                             room=self.room, stop=self.stop, crash=self.crash,
+                             progress=self.progress.put, keeps_results=keeps, log=log)  # fmt: skip
         self.acks = self.jobs.acks
         self.cancels = Cancels(jobs=self.jobs, hooks=hooks, grace_ms=o.cancel_grace_ms,
                                stats=stats, log=log)  # fmt: skip
@@ -221,11 +223,6 @@ class Runner:
                        "stops", "crashed", component=component, error=repr(exc)[:500])  # fmt: skip
         self.stop.set()
         self.room.set()
-
-    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop, from the heartbeat thread."""
-        with contextlib.suppress(RuntimeError):  # the loop is closing
-            self.loop.call_soon_threadsafe(fn, *args)
 
     def watch(self, component: str, task: asyncio.Task[Any]) -> None:
         """Crash the run if ``task`` ends with an exception (not by cancellation)."""

@@ -10,8 +10,10 @@ attempts decided meanwhile are skipped. No timer, future or callback of its own 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sized
+from typing import Any
 
 from .held import Held
 from .phase import RUNNING
@@ -64,3 +66,12 @@ class Watchdog:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def call_soon_from_thread(
+    loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any
+) -> None:
+    """Run ``fn(*args)`` on ``loop`` from another thread (a handler's, the heartbeat's); once
+    the loop has closed there is nothing left to tell."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
