@@ -165,7 +165,6 @@ class Executor:
                 job.task = loop.create_task(coro)
             else:  # traced: the handler runs with its consumer span current
                 job.task = loop.create_task(coro, context=job.context)
-            job.task.add_done_callback(self._task_done)
 
     def _start_thread(self, job: Held, spec: HandlerSpec) -> None:
         """A sync handler, in a thread of the pool (its slot taken, its timeout armed)."""
@@ -183,37 +182,36 @@ class Executor:
         work.add_done_callback(lambda w: call_soon_from_thread(loop, done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
-        outcome: Outcome | None
-        try:
-            if with_ctx:
-                value = await fn(job.claimed.payload, job.ctx)
-            else:
-                value = await fn(job.claimed.payload)
-        except asyncio.CancelledError:
-            outcome = None
-        except Exception as exc:
-            outcome = self.from_exception(job, exc)
-        else:
-            if job.phase is RUNNING:  # the common case, inlined: returned, decided, slot freed
-                self.busy -= 1
-                self.live.discard(job)
-                if self.keeps_results or job.claimed.parent is not None:
-                    self.decide(job, self.completed(job, value))
+        try:  # the handler's own error is caught inside: it is the job's outcome
+            outcome: Outcome | None
+            try:
+                if with_ctx:
+                    value = await fn(job.claimed.payload, job.ctx)
                 else:
-                    self.decide(job, COMPLETE)
-                self.finished += 1
-                if self.ready:
-                    self.start_ready()
-                return
-            outcome = None  # decided already (timeout, shutdown, cancel): the value is dropped
-        self._returned(job)
-        if job.phase is RUNNING:
-            if outcome is None:  # cancelled by something other than the worker
-                outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
-            self.decide(job, outcome)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and (bug := task.exception()) is not None:
+                    value = await fn(job.claimed.payload)
+            except asyncio.CancelledError:
+                outcome = None
+            except Exception as exc:
+                outcome = self.from_exception(job, exc)
+            else:
+                if job.phase is RUNNING:  # the common case, inlined: returned, decided, slot freed
+                    self.busy -= 1
+                    self.live.discard(job)
+                    if self.keeps_results or job.claimed.parent is not None:
+                        self.decide(job, self.completed(job, value))
+                    else:
+                        self.decide(job, COMPLETE)
+                    self.finished += 1
+                    if self.ready:
+                        self.start_ready()
+                    return
+                outcome = None  # decided already (timeout, shutdown, cancel): the value is dropped
+            self._returned(job)
+            if job.phase is RUNNING:
+                if outcome is None:  # cancelled by something other than the worker
+                    outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
+                self.decide(job, outcome)
+        except Exception as bug:  # an error of the story itself stops the run
             self._crash("executor", bug)
 
     def _thread_done(self, job: Held, work: Future[Any]) -> None:
