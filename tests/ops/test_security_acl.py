@@ -41,8 +41,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 PLACEHOLDER = ">REPLACE-WITH-A-LONG-RANDOM-PASSWORD"
 SAMPLE_QUEUE = "{orders}"
 
-# What each role's shell sends outside scripts (read from queue.py, async_queue.py,
-# durability.py and worker/): the static check adds the commands its scripts call.
+# What each role's shell sends outside scripts (read from queue/_async/, server/durability.py
+# and worker/): the static check adds the commands its scripts call.
 DIRECT = {
     "emq-producer": {"evalsha", "script|load", "info", "blpop", "sadd"},
     "emq-worker": {
