@@ -49,7 +49,7 @@ def check_url(url: str) -> str:
     """
     if not isinstance(url, str) or not url:
         raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
-    if url.partition("://")[0] in ("redis+sentinel", "valkey+sentinel"):
+    if url.partition("://")[0] in SENTINEL_SCHEMES:
         return check_sentinel_url(url)
     shown = redact_url(url)
     try:
