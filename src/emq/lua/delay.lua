@@ -6,7 +6,8 @@
 -- taken back with HINCRBY -1; the token is not, so tokens stay strictly increasing. Safety
 -- belt: the same fence as complete (in active, unexpired, token equal); the job goes back to
 -- its own lane. A job whose row has 'cancel' (cancel.lua) is not given back: it ends dead,
--- cancelled (includes/cancel.lua to_cancelled), keeping the attempt it had.
+-- cancelled (includes/cancel.lua to_cancelled), keeping the attempt it had; a flow's child
+-- so cancelled is counted for its parent as 'cancelled' (docs/flows.md), as fail does.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] pending    ZSET    waiting jobs, score = priority
@@ -26,8 +27,9 @@
 -- Errors: none
 -- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, metrics HASH (cancelled), done:<id> LIST,
---   events:archived STRING (read only)
--- Includes: answers, cancel, clock, events, lanes, wake
+--   events:archived STRING (read only), flow:<parent> HASH, flow:<parent>:results HASH,
+--   waiting ZSET, outbox HASH (a cancelled flow's child: docs/flows.md)
+-- Includes: answers, cancel, clock, events, flows, lanes, wake
 local k_active = KEYS[1]
 local k_pending = KEYS[2]
 local k_schedule = KEYS[3]
@@ -51,7 +53,7 @@ for i = 3, #ARGV, 5 do
   local score = redis.call('ZSCORE', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'priority', 'lane', 'cancel', 'waiters',
-    'attempts', 'lifo', 'state')
+    'attempts', 'lifo', 'state', 'parent', 'on_failure')
   if not f[8] then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token and f[4] then
@@ -59,6 +61,7 @@ for i = 3, #ARGV, 5 do
     lane_release(f[3], id)
     if hold_ms > 0 then holds[hold] = math.max(holds[hold] or 0, now + hold_ms) end
     to_cancelled(prefix, k_dead, prefix .. 'metrics', id, f[4], 'active', f[6], f[5], now)
+    if f[9] then flow_child_done(prefix, k_pending, f[9], id, 'cancelled', '', f[10], now) end
     out[#out + 1] = ANSWER.cancelled
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)

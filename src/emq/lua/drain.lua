@@ -4,6 +4,10 @@
 -- for long; the
 -- caller repeats until a call removes fewer than limit. Leased and dead jobs are kept.
 -- Safety belt: each id leaves its set together with its row and dedup key.
+-- Flows (docs/flows.md): a drained child is counted for its parent as 'removed', as remove
+-- does (in this step, or through the outbox for a parent in another queue), so a parent
+-- whose last children were drained is pending (and a later call of the drain takes it too);
+-- a drained parent (ready, or scheduled for a retry) takes its flow:<id> record with it.
 --
 -- KEYS[1] pending    ZSET    waiting jobs
 -- KEYS[2] schedule   ZSET    delayed jobs
@@ -16,8 +20,9 @@
 -- Errors: none
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, lanes:conf HASH (read only), events:archived STRING
---   (read only)
--- Includes: events, lanes
+--   (read only), flow:<id> HASH, flow:<id>:results HASH, flow:<parent> HASH, waiting ZSET,
+--   wake LIST, outbox HASH (a flow's child or parent: docs/flows.md)
+-- Includes: clock, events, flows, lanes
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
@@ -29,6 +34,7 @@ local limit = tonumber(ARGV[3])
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
+local now = server_ms()
 local removed = 0
 local sets = {k_pending}
 if lane_mode then
@@ -42,12 +48,16 @@ for _, set in ipairs(sets) do
     local ids = redis.call('ZRANGE', set, 0, limit - removed - 1)
     for _, id in ipairs(ids) do
       local row = prefix .. 'job:' .. id
-      local dedup = redis.call('HGET', row, 'dedup')
-      if dedup and redis.call('GET', prefix .. 'de:' .. dedup) == id then
-        redis.call('DEL', prefix .. 'de:' .. dedup)
+      local f = redis.call('HMGET', row, 'dedup', 'parent', 'on_failure', 'children_left')
+      if f[1] and redis.call('GET', prefix .. 'de:' .. f[1]) == id then
+        redis.call('DEL', prefix .. 'de:' .. f[1])
+      end
+      if f[4] then  -- a flow's parent: its record goes with it
+        redis.call('DEL', prefix .. 'flow:' .. id, prefix .. 'flow:' .. id .. ':results')
       end
       redis.call('DEL', row)
       redis.call('ZREM', set, id)
+      if f[2] then flow_child_done(prefix, k_pending, f[2], id, 'removed', '', f[3], now) end
     end
     removed = removed + #ids
   end

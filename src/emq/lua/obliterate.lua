@@ -6,6 +6,10 @@
 -- events (with the archive's watermark and lease), meta (limits, lane mode), metrics,
 -- stalled-check, wake, the claim logs and every lane's keys. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
 -- with its row and dedup key; the caller repeats until done = 1.
+-- Flows (docs/flows.md): a child whose parent is in another queue is counted for it as
+-- 'removed' through this queue's outbox (a parent in this queue goes with it, uncounted);
+-- so the outbox goes last: while it holds entries the call returns done = 0 and deletes
+-- nothing more, and the caller delivers them (deliver_outbox) before calling again.
 --
 -- KEYS[1] pending        ZSET    waiting jobs
 -- KEYS[2] active         ZSET    leased jobs
@@ -20,7 +24,8 @@
 -- ARGV[1] prefix         string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] limit          integer most jobs to delete in this call, 1..10000
 -- ARGV[3] force          integer 1 = delete leased jobs too
--- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain}
+-- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain (jobs,
+--   or outbox entries to deliver first)}
 -- Errors: EMQSTATE when jobs are leased and force = 0
 -- Derives: job:<id> HASH, de:<dedup> STRING, done:<id> LIST, events:archived STRING and events:archiver STRING
 --   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
@@ -28,8 +33,8 @@
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
 --   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
---   undelivered messages go with the queue)
--- Includes: lanes
+--   messages are delivered before it goes)
+-- Includes: clock, flows, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -49,6 +54,7 @@ use_lanes(prefix, k_meta)
 if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
   return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
 end
+local now = server_ms()
 local removed = 0
 local sets = {k_pending, k_active, k_schedule, k_dead, k_completed, prefix .. 'waiting'}
 local lanes = {}
@@ -61,7 +67,7 @@ for _, set in ipairs(sets) do
     local ids = redis.call('ZRANGE', set, 0, limit - removed - 1)
     for _, id in ipairs(ids) do
       local row = prefix .. 'job:' .. id
-      local f = redis.call('HMGET', row, 'dedup', 'lane')
+      local f = redis.call('HMGET', row, 'dedup', 'lane', 'parent', 'on_failure', 'state')
       if f[1] and redis.call('GET', prefix .. 'de:' .. f[1]) == id then
         redis.call('DEL', prefix .. 'de:' .. f[1])
       end
@@ -71,6 +77,9 @@ for _, set in ipairs(sets) do
       redis.call('DEL', row, prefix .. 'done:' .. id, prefix .. 'flow:' .. id,
         prefix .. 'flow:' .. id .. ':results')
       redis.call('ZREM', set, id)
+      if f[3] and f[5] ~= 'completed' and string.find(f[3], '@', 1, true) then
+        flow_child_done(prefix, k_pending, f[3], id, 'removed', '', f[4], now)
+      end
     end
     removed = removed + #ids
   end
@@ -79,7 +88,7 @@ local left = 0
 for _, set in ipairs(sets) do
   left = left + redis.call('ZCARD', set)
 end
-if left > 0 then return {removed, 0} end
+if left > 0 or redis.call('HLEN', prefix .. 'outbox') > 0 then return {removed, 0} end
 for _, lane in ipairs(lanes) do
   redis.call('DEL', lane_key(lane, 'active'), lane_key(lane, 'rate'))
 end

@@ -380,9 +380,14 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         return total
 
     async def obliterate(self, *, force: bool = False, chunk: int = 1000) -> int:
+        """Delete the queue, ``chunk`` jobs per step; returns how many jobs were deleted. A
+        flow's messages to other queues (a child's end, removals included, for its parent
+        there: docs/flows.md) are delivered before the outbox goes, last."""
         total = 0
         while True:
             n, done = await self._run(self.core.obliterate(chunk, force))
             total += n
             if done:
                 return total
+            if n == 0:  # no job left: the outbox holds what the queue has still to tell
+                await self.deliver_outbox()
