@@ -144,15 +144,23 @@ def test_a_purged_dead_child_counts_as_removed(
     check_all(client, queue, kids)
 
 
+@pytest.mark.parametrize("via", ["delay", "fail"])
 @pytest.mark.parametrize(
     ("policy", "parent_state"), [("fail_parent", "dead"), ("ignore", "pending")]
 )
 @pytest.mark.parametrize("across", [False, True], ids=["one-queue", "two-queues"])
-def test_a_child_given_back_after_a_cancel_counts_as_cancelled(
-    policy: str, parent_state: str, across: bool, queue: Queue, kids: Queue, client: redis.Redis
+def test_a_child_cancelled_while_it_ran_counts_as_cancelled(
+    via: str,
+    policy: str,
+    parent_state: str,
+    across: bool,
+    queue: Queue,
+    kids: Queue,
+    client: redis.Redis,
 ) -> None:
-    """The worker's delay (a retry later, a RateLimited, a shutdown's give-back) of a child
-    whose cancel was asked for while it ran ends it cancelled, and its parent hears of it."""
+    """A child whose cancel was asked for while it ran, then given back by its worker
+    (``delay``: a retry later, a RateLimited, a shutdown's give-back) or failed with retries
+    left (``fail``), ends cancelled, and its parent hears of it."""
     home = kids if across else queue
     ids = queue.enqueue_flow(
         JobSpec("combine"),
@@ -160,7 +168,10 @@ def test_a_child_given_back_after_a_cancel_counts_as_cancelled(
     )
     (c,) = home.claim(1, 60_000)
     home.cancel(c.id, "stop")
-    assert home.delay(c.id, c.token, 5_000) == "cancelled"
+    if via == "delay":
+        assert home.delay(c.id, c.token, 5_000) == "cancelled"
+    else:
+        assert home.fail(c.id, c.token, "boom", delay_ms=5_000) == "cancelled"
     home.deliver_outbox()
     assert statuses(queue, ids.id) == ["cancelled"]
     assert queue.job(ids.id).state == parent_state
