@@ -59,6 +59,7 @@ NAMES = {
     "ahistory": "history",
     "arun": "run",
     "acheck": "check",
+    "acheck_all": "check_all",
     "aclose_client": "close_client",
     "async_client": "sync_client",
     "__aenter__": "__enter__",

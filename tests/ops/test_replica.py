@@ -147,3 +147,41 @@ async def test_failover_to_the_replica_keeps_every_acknowledged_job(pair: Pair) 
     assert_consistent(pair.r, "fo")
     new.close()
     q.close()
+
+
+def test_every_call_that_changes_a_job_waits_for_the_replica(pair: Pair) -> None:
+    """Not only admitting and finishing: cancel, remove, edits, pause, limits and schedules
+    are confirmed at the queue's durability level too (a failover must not bring back a
+    cancelled job), so with the replica frozen each one says it is not durable."""
+    options = QueueOptions(durability="replica", durability_timeout_ms=200)
+    pid = pair.replica.status().pid
+    assert pid is not None
+    with Queue.from_url(pair.primary.url(), "edits", options=REPLICA) as warm:
+        ids = warm.enqueue_many([("x", i) for i in range(8)])
+        later = warm.enqueue("x", delay_ms=60_000)
+    calls: dict[str, Any] = {
+        "cancel": lambda q: q.cancel(ids[0]),
+        "remove": lambda q: q.remove(ids[1]),
+        "set_priority": lambda q: q.set_priority(ids[2], 5),
+        "update_payload": lambda q: q.update_payload(ids[3], {"n": 1}),
+        "reschedule": lambda q: q.reschedule(ids[4], 60_000),
+        "promote": lambda q: q.promote(later),
+        "pause": lambda q: q.pause(),
+        "resume": lambda q: q.resume(),
+        "set_limits": lambda q: q.set_limits(concurrency=3),
+        "repeat": lambda q: q.repeat("tick", "x", every_ms=60_000),
+        "unrepeat": lambda q: q.unrepeat("tick"),
+        "drain": lambda q: q.drain(),
+    }
+    with Queue.from_url(pair.primary.url(), "edits", options=options) as q:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for name, call in calls.items():
+                with pytest.raises(NotDurable, match="0 of the 1 replica"):
+                    call(q)
+                    pytest.fail(f"{name} returned without its replica")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait(lambda: pair.p.execute_command("WAIT", 1, 1_000) == 1, "the replica")
+        assert q.counts()["pending"] == 0  # every call was applied all the same
+        assert_consistent(pair.r, "edits")

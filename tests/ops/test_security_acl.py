@@ -125,7 +125,7 @@ def names(commands: list[tuple[str | int, ...]]) -> set[str]:
 def durable_commands() -> set[str]:
     """What a ``durability="aof"`` queue sends besides its scripts: the probe and the tail."""
     guard = Guard(QueueOptions(durability="aof"), "emq:{q}:metrics")
-    return names(probe_commands("aof")) | names(guard._tail())
+    return names(probe_commands("aof")) | names(guard._tail(guard.marker))
 
 
 # -- the doc against the code (no server) ---------------------------------------------------

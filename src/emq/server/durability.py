@@ -35,6 +35,14 @@ everything up to that point is fsynced to its AOF; else :class:`NotDurable`. Wit
 ``durability="replica"`` the last command is ``WAIT <durability_replicas> <timeout>``: the call
 returns once that many replicas acknowledged everything up to that point, so a failover to one
 of them keeps it.
+
+**On a cluster** every wait is on the node that ran the call: calls are grouped by the node
+of their own keys (a flow's step or an outbox delivery in another queue's slot, a partition),
+each group is one such pipeline to its node, with the no-change write to the metrics key of
+its own slot (:func:`marker_of`). Every node is checked before the first call is sent, so a
+node that cannot confirm refuses the whole call with nothing written. A call answered
+``MOVED`` is sent again, with its wait, to the slot's new node; one answered ``NOSCRIPT`` is
+loaded and sent again: no call is ever run without its wait.
 """
 
 from __future__ import annotations
@@ -47,75 +55,38 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
-from ..errors import EmqError, ServerUnreachable
+from ..errors import ServerUnreachable
 from ..lua import scripts
 from ..model.config import QueueOptions
 from ..model.keys import QueueKeys
 from ..queue.shared import UNREACHABLE
 from . import clients
+from .confirm import MARKER_FIELD, Step, asend, confirm, marker_of, send
+from .confirm import Calls as Calls  # where callers have always found them
+from .confirm import NotDurable as NotDurable
 from .probe import Facts, probe_commands, read_facts, refusal
 
 log = logging.getLogger(__name__)
 
 DURABLE_SCRIPTS = frozenset(
-    {"enqueue", "enqueue_flow", "complete", "fail", "delay", "redrive", "remove", "deliver_flow"}
+    {
+        # admitting and finishing a job; a flow's delivery across queues (confirmed before
+        # its outbox entry is deleted)
+        *("enqueue", "enqueue_flow", "complete", "fail", "delay", "deliver_flow"),
+        # the operator's moves and edits of jobs
+        *("cancel", "remove", "redrive", "drain", "obliterate", "promote_job", "reschedule"),
+        *("set_priority", "update_payload"),
+        # the queue's own settings and schedules
+        *("pause", "resume", "set_limits", "set_repeat", "unrepeat"),
+    }
 )
-"""The writes that ``durability="aof"`` confirms: admitting and finishing a job, a flow's
-delivery across queues (confirmed before its outbox entry is deleted), and the operator's
-moves. Claims, extends, promotes and sweeps are not waited for: losing one to a rollback
-puts a job back where a worker or the sweep finds it again."""
-
-# Replies that mean the script did not run: its cache is empty there (a restart, a flush, a
-# replica just promoted), or the slot moved to another node of a cluster.
-_NOT_RUN = (NoScriptError, MovedError, AskError)
-MARKER_FIELD = "completed"  # HINCRBY <metrics> completed 0: a write that changes nothing
-
-Calls = list[tuple[list[str], list[str | int | float]]]
-
-
-class NotDurable(EmqError):
-    """``durability="aof"`` or ``"replica"``: the write WAS applied on the server (an enqueued
-    job exists, a completion is done), but the server did not confirm within
-    ``durability_timeout_ms`` that it reached its AOF on disk (or enough replicas), or refused
-    ``WAITAOF``/``WAIT`` (AOF turned off meanwhile). It is not
-    undone; it may be lost if the server's host crashes before its next fsync. An enqueue can
-    be re-sent with the same ids (then reported ``created=False``) to wait again."""
-
-
-def confirm(tail: list[Any], timeout_ms: int, replicas: int = 0) -> None:
-    """Raise :class:`NotDurable` unless the no-change write was applied and ``WAITAOF``
-    answered ``numlocal >= 1``, or (``replicas`` > 0) ``WAIT`` answered at least that many
-    replicas (``tail``: the replies to both)."""
-    marker, waited = tail
-    what = "WAIT" if replicas else "WAITAOF"
-    for reply in (marker, waited):
-        if isinstance(reply, Exception):
-            raise NotDurable(
-                f"the write was applied but not confirmed durable: the server refused "
-                f"{what if reply is waited else 'the HINCRBY that ' + what + ' waits for'}: "
-                f"{reply}"
-            )
-    if replicas:
-        if not isinstance(waited, int) or waited < replicas:
-            raise NotDurable(
-                f"the write was applied but not confirmed durable: {waited} of the {replicas} "
-                f"replica(s) asked for acknowledged it within {timeout_ms} ms"
-            )
-        return
-    if not isinstance(waited, list | tuple) or not waited or int(waited[0]) < 1:
-        raise NotDurable(
-            "the write was applied but not confirmed durable: the server did not fsync it to "
-            f"its AOF within {timeout_ms} ms (WAITAOF answered {waited!r})"
-        )
-
-
-def _script_reply(reply: Any) -> Any:
-    if isinstance(reply, ResponseError):
-        raise scripts.refusal(reply)  # mapped as every script reply is (OOM, NOPERM, EMQ...)
-    return reply
-
+"""The writes that a durability level confirms: every call that a caller is told has changed
+a job, the queue's settings or its schedules. Not waited for, because losing one to a
+rollback or a failover loses nothing acknowledged: claims and extends (the job goes back to
+pending when its lease lapses), promotes of due jobs and the stalled sweep (the next beat
+does them again), fired repeat ticks (the schedule's ``next`` is rolled back with them, so
+the tick fires again: docs/control.md), progress and node leases."""
 
 # Facts per connection pool: a probe is sent once per pool, not per queue or call.
 _FACTS: weakref.WeakKeyDictionary[object, Facts] = weakref.WeakKeyDictionary()
@@ -152,7 +123,7 @@ class Guard:
             return None
         return facts
 
-    def _judge(self, pool: object, facts: Facts) -> None:
+    def _judge(self, pool: object, facts: Facts, mine: bool = True) -> None:
         problem = refusal(facts, self.options)
         with _LOCK:
             if problem is not None:
@@ -168,9 +139,10 @@ class Guard:
                     "refused); if it is not noeviction the server may evict jobs",
                     extra={"emq": {"event": "policy_unknown", "server": where}},
                 )
-        self.ok = True
+        if mine:  # this queue's own node: its calls need no check before they are sent
+            self.ok = True
 
-    def _tail(self) -> list[tuple[str | int, ...]]:
+    def _tail(self, marker: str) -> list[tuple[str | int, ...]]:
         o = self.options
         timeout = o.durability_timeout_ms
         wait: tuple[str | int, ...] = (
@@ -178,81 +150,139 @@ class Guard:
             if o.durability == "replica"
             else ("WAITAOF", 1, 0, timeout)
         )
-        return [("HINCRBY", self.marker, MARKER_FIELD, 0), wait]
+        return [("HINCRBY", marker, MARKER_FIELD, 0), wait]
 
     def _confirm(self, tail: list[Any]) -> None:
         o = self.options
         replicas = o.durability_replicas if o.durability == "replica" else 0
         confirm(tail, o.durability_timeout_ms, replicas)
 
+    def _groups(self, calls: Calls) -> dict[str, list[int]]:
+        """The calls by the marker that confirms them: the metrics key of each call's own
+        hash tag, so the no-change write and the wait go to the node that ran the call (a
+        flow's step in another queue's slot, a partition). Off a cluster the caller sends
+        them all to the one server, under this queue's marker."""
+        groups: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            groups.setdefault(marker_of(keys[0]) if keys else self.marker, []).append(i)
+        return groups or {self.marker: []}  # no call: wait for what this connection wrote
+
     # -- sync -------------------------------------------------------------------------------
 
-    def check(self, client: redis.Redis) -> None:
-        """Raise :class:`~emq.errors.UnsafeServer` if this server cannot run the queue."""
-        node = self._node(client)
+    def check(self, client: redis.Redis, key: str = "") -> None:
+        """Raise :class:`~emq.errors.UnsafeServer` if the server (on a cluster: the node
+        that holds ``key``, by default this queue's) cannot run the queue."""
+        node = self._node(client, key)
         pool = node.connection_pool
         facts = self._cached(pool)
         if facts is None:
             mode = self.options.durability
-            facts = read_facts(_send(node, probe_commands(mode)), mode)
-        self._judge(pool, facts)
+            facts = read_facts(send(node, probe_commands(mode)), mode)
+        self._judge(pool, facts, mine=not key or key == self.marker)
 
-    def _node(self, client: redis.Redis) -> redis.Redis:
-        """The client of the node that holds this queue (``client`` itself off a cluster)."""
-        return clients.node_client(client, self.marker) if self.marker else client
+    def check_all(self, client: redis.Redis, keys: list[str]) -> None:
+        """:meth:`check` the node of every key before a call that writes on several: one
+        node that cannot confirm refuses the whole call before anything is written."""
+        for marker in dict.fromkeys(marker_of(k) for k in keys):
+            self.check(client, marker)
+
+    def _node(self, client: redis.Redis, key: str = "") -> redis.Redis:
+        """The client of the node that holds ``key`` (``client`` itself off a cluster)."""
+        if not clients.is_cluster_client(client):
+            return client
+        return clients.node_client(client, key or self.marker)
 
     def run(self, client: redis.Redis, name: str, calls: Calls) -> list[Any]:
-        """Run ``calls`` of script ``name`` and wait for their fsync (see the module doc)."""
-        sha = scripts.SCRIPTS[name].sha
-        cmds = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls] + self._tail()
-        try:
-            replies = _send(self._node(client), cmds)
-        except ServerUnreachable:
-            clients.relearn_slots(client)
-            raise
-        out, tail = replies[: len(calls)], replies[len(calls) :]
-        missed = [i for i, r in enumerate(out) if isinstance(r, _NOT_RUN)]
-        if missed:  # nothing applied: scripts.run loads the script (or finds the slot's new
-            for i in missed:  # node), applies the call
-                out[i] = scripts.run(client, name, *calls[i])
-            tail = _send(self._node(client), self._tail())
-        out = [_script_reply(r) for r in out]
-        self._confirm(tail)
+        """Run ``calls`` of script ``name`` and wait, on each node that ran some of them,
+        for their fsync or replicas (see the module doc)."""
+        cluster = clients.is_cluster_client(client)
+        groups = self._groups(calls) if cluster else {self.marker: list(range(len(calls)))}
+        for marker in groups:
+            self.check(client, marker)  # every node first: a refusal writes nothing
+        out: list[Any] = [None] * len(calls)
+        for marker, idx in groups.items():
+            for i, reply in zip(idx, self._run_on(client, name, marker, calls, idx), strict=True):
+                out[i] = reply
         return out
+
+    def _run_on(
+        self, client: redis.Redis, name: str, marker: str, calls: Calls, idx: list[int]
+    ) -> list[Any]:
+        step = Step(scripts.SCRIPTS[name], [calls[i] for i in idx], self._tail(marker))
+        while True:
+            try:
+                replies = send(self._node(client, marker), step.commands())
+            except ServerUnreachable:
+                clients.relearn_slots(client)
+                raise
+            redo = step.sort(replies)
+            if redo is None:
+                break
+            with scripts.translated():
+                if redo == "moved":  # the slot moved: run and wait on its new node
+                    clients.relearn_slots(client)
+                else:  # a flushed cache: load, then run and wait again
+                    self._node(client, marker).script_load(step.script.source)
+        self._confirm(step.tail)
+        return step.out
 
     # -- async ------------------------------------------------------------------------------
 
-    async def acheck(self, client: redis.asyncio.Redis) -> None:
-        """Raise :class:`~emq.errors.UnsafeServer` if this server cannot run the queue."""
-        node = await self._anode(client)
+    async def acheck(self, client: redis.asyncio.Redis, key: str = "") -> None:
+        """Raise :class:`~emq.errors.UnsafeServer` if the server (on a cluster: the node
+        that holds ``key``, by default this queue's) cannot run the queue."""
+        node = await self._anode(client, key)
         pool = node.connection_pool
         facts = self._cached(pool)
         if facts is None:
             mode = self.options.durability
-            facts = read_facts(await _asend(node, probe_commands(mode)), mode)
-        self._judge(pool, facts)
+            facts = read_facts(await asend(node, probe_commands(mode)), mode)
+        self._judge(pool, facts, mine=not key or key == self.marker)
 
-    async def _anode(self, client: redis.asyncio.Redis) -> redis.asyncio.Redis:
-        return await clients.anode_client(client, self.marker) if self.marker else client
+    async def acheck_all(self, client: redis.asyncio.Redis, keys: list[str]) -> None:
+        """:meth:`acheck` the node of every key (see :meth:`check_all`)."""
+        for marker in dict.fromkeys(marker_of(k) for k in keys):
+            await self.acheck(client, marker)
+
+    async def _anode(self, client: redis.asyncio.Redis, key: str = "") -> redis.asyncio.Redis:
+        if not clients.is_cluster_client(client):
+            return client
+        return await clients.anode_client(client, key or self.marker)
 
     async def arun(self, client: redis.asyncio.Redis, name: str, calls: Calls) -> list[Any]:
-        """Run ``calls`` of script ``name`` and wait for their fsync (see the module doc)."""
-        sha = scripts.SCRIPTS[name].sha
-        cmds = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls] + self._tail()
-        try:
-            replies = await _asend(await self._anode(client), cmds)
-        except ServerUnreachable:
-            await clients.arelearn_slots(client)
-            raise
-        out, tail = replies[: len(calls)], replies[len(calls) :]
-        missed = [i for i, r in enumerate(out) if isinstance(r, _NOT_RUN)]
-        if missed:
-            for i in missed:
-                out[i] = await scripts.run_async(client, name, *calls[i])
-            tail = await _asend(await self._anode(client), self._tail())
-        out = [_script_reply(r) for r in out]
-        self._confirm(tail)
+        """Run ``calls`` of script ``name`` and wait, on each node that ran some of them,
+        for their fsync or replicas (see the module doc)."""
+        cluster = clients.is_cluster_client(client)
+        groups = self._groups(calls) if cluster else {self.marker: list(range(len(calls)))}
+        for marker in groups:
+            await self.acheck(client, marker)  # every node first: a refusal writes nothing
+        out: list[Any] = [None] * len(calls)
+        for marker, idx in groups.items():
+            got = await self._arun_on(client, name, marker, calls, idx)
+            for i, reply in zip(idx, got, strict=True):
+                out[i] = reply
         return out
+
+    async def _arun_on(
+        self, client: redis.asyncio.Redis, name: str, marker: str, calls: Calls, idx: list[int]
+    ) -> list[Any]:
+        step = Step(scripts.SCRIPTS[name], [calls[i] for i in idx], self._tail(marker))
+        while True:
+            try:
+                replies = await asend(await self._anode(client, marker), step.commands())
+            except ServerUnreachable:
+                await clients.arelearn_slots(client)
+                raise
+            redo = step.sort(replies)
+            if redo is None:
+                break
+            with scripts.translated():
+                if redo == "moved":
+                    await clients.arelearn_slots(client)
+                else:
+                    await (await self._anode(client, marker)).script_load(step.script.source)
+        self._confirm(step.tail)
+        return step.out
 
 
 async def check_queues(client: redis.asyncio.Redis, queues: Mapping[str, QueueOptions]) -> None:
@@ -264,24 +294,3 @@ async def check_queues(client: redis.asyncio.Redis, queues: Mapping[str, QueueOp
             await Guard(options, QueueKeys(name).metrics).acheck(client)
     except UNREACHABLE:
         log.debug("server unreachable at start: checked at the first call instead")
-
-
-def _send(client: redis.Redis, cmds: list[tuple[Any, ...]]) -> list[Any]:
-    """One pipeline, one connection, no MULTI; error replies come back as exceptions."""
-    try:
-        with client.pipeline(transaction=False) as pipe:
-            for cmd in cmds:
-                pipe.execute_command(*cmd)  # type: ignore[no-untyped-call]
-            return pipe.execute(raise_on_error=False)
-    except scripts.LOST as exc:
-        raise scripts.unreachable(exc) from exc
-
-
-async def _asend(client: redis.asyncio.Redis, cmds: list[tuple[Any, ...]]) -> list[Any]:
-    try:
-        async with client.pipeline(transaction=False) as pipe:
-            for cmd in cmds:
-                pipe.execute_command(*cmd)
-            return await pipe.execute(raise_on_error=False)
-    except scripts.LOST as exc:
-        raise scripts.unreachable(exc) from exc

@@ -29,6 +29,7 @@ from ...model.checks import shown
 from ...model.ids import check_id
 from ...model.records import Answer, JobSpec
 from ...observe import otel
+from ...server import durability
 from ..shared import BULK_FLOOR, ShellBase, expect
 
 T = TypeVar("T")
@@ -39,6 +40,7 @@ class AsyncControl:
 
     client: redis.asyncio.Redis
     core: QueueCore
+    _guard: durability.Guard
 
     async def _run(self, call: Call[Any]) -> Any:  # provided by AsyncQueue
         raise NotImplementedError
@@ -91,7 +93,10 @@ class AsyncControl:
         for node, minted in zip(blank, await self.new_ids(len(blank)), strict=True):
             node.group[0] = minted
         with otel.enqueue_span(self.core.keys.queue, [n.group for n in nodes]) as trace:
-            for call in flows.flow_steps(self.core, nodes, trace):
+            steps = flows.flow_steps(self.core, nodes, trace)
+            if self._guard.durable("enqueue_flow"):  # each node that confirms a step, first:
+                await self._guard.acheck_all(self.client, [s.keys[0] for s in steps])
+            for call in steps:  # one that cannot refuses the flow before anything is written
                 await self._resend(functools.partial(self._run, call))
         await self._announce(n.queue for n in nodes)
         return flows.flow_ids(nodes)
