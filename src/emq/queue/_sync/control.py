@@ -109,9 +109,13 @@ class Control:
         another queue; then delete them. A worker's maintenance beat calls this every beat;
         calling it by hand is always safe."""
         key = self.core.keys.outbox
+        cursor, entries = 0, {}
         with scripts.translated():
-            _, found = self.client.hscan(key, 0, count=limit)
-        entries = cast(dict[str, str], found)
+            while True:  # a page of a sparse table may be empty before the scan is over
+                cursor, found = self.client.hscan(key, cursor, count=limit)
+                entries = cast(dict[str, str], found)
+                if entries or not cursor:
+                    break
         if not entries:
             return outbox.Delivered()
         todo = outbox.plan(entries)
