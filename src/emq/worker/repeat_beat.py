@@ -9,9 +9,12 @@ the earliest next tick; the wait until then is taken on the local monotonic cloc
 moment the reply arrived, so it is never early (a wake-up up to half a round trip late).
 A queue without schedules is read once per beat (``everyone=True``) and not in between.
 
-A due schedule whose stored spec yields no tick (edited by hand into an unknown zone or a bad
-cron) is skipped and logged once per key; while one is due, its queue is fired once per beat,
-not in between (its stored next tick stays in the past).
+A due schedule whose stored state cannot be fired (a hand edit or a partial restore: its next
+tick ahead of its due score, a field missing or garbled, a due entry without a row) is skipped,
+parked by the round that found it (its due score moved ``BROKEN_BACKOFF_MS`` ahead, a due entry
+without a row dropped: docs/control.md), and logged once per key with what is wrong with it
+(``repeat_broken``); the queue's other schedules fire in the same round and the worker goes on
+claiming: stored data of one schedule never stops the maintenance task.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import math
 import time
 from collections.abc import Sequence
 
+from ..calls import repeats as rep
 from ..queue._async.queue import AsyncQueue
 from .log import event
 
 SLACK_S = 0.001  # wake a ms after the tick: the server's clock must have reached it
+AUDIT_S = 60.0  # how often a worker looks for schedules whose row has no due score
 
 
 class RepeatBeat:
@@ -33,6 +38,7 @@ class RepeatBeat:
         self._log = log
         self._broken: set[tuple[str, str]] = set()  # (queue, key) already logged
         self._due_at = [0.0] * len(queues)  # monotonic s when each queue's next tick is due
+        self._audit_at = [0.0] * len(queues)  # monotonic s of each queue's next audit
         self.fired = 0  # jobs made by this worker's firing (any other firer may make others)
 
     def wait_s(self) -> float:
@@ -45,18 +51,22 @@ class RepeatBeat:
         for i, q in enumerate(self._queues):
             if not everyone and self._due_at[i] > time.monotonic():
                 continue
-            done = await q.fire_repeats()
+            audit = everyone and time.monotonic() >= self._audit_at[i]
+            done = await q.fire_repeats(audit=audit)
+            if audit:
+                self._audit_at[i] = time.monotonic() + AUDIT_S
             got = time.monotonic()
             self.fired += len(done.jobs)
             for key in done.broken:
                 if (q.name, key) not in self._broken:
                     self._broken.add((q.name, key))
-                    event(self._log, "error", "a repeating schedule's stored spec yields no "
-                          "tick; it is skipped until repeat() writes it again", "repeat_broken",
-                          queue=q.name, key=key)  # fmt: skip
-            if done.broken:
-                self._due_at[i] = math.inf  # its next tick is past: fire again at the next beat
-            elif done.next_ms is None:
+                    why = done.why.get(key, "its stored state cannot be fired")
+                    event(self._log, "error", f"repeating schedule {key!r} of queue {q.name!r} "
+                          f"cannot be fired: {why}; it is skipped and parked "
+                          f"({rep.BROKEN_BACKOFF_MS} ms at a time) until repeat() writes "
+                          "it again or unrepeat() removes it", "repeat_broken",
+                          queue=q.name, key=key, why=why)  # fmt: skip
+            if done.next_ms is None:
                 self._due_at[i] = math.inf
             else:
                 self._due_at[i] = got + max(0, done.next_ms - done.now_ms) / 1000 + SLACK_S

@@ -197,27 +197,30 @@ class Control:
                 rows = p.execute()
         return [rep.decode_repeat(key, row) for key, row in zip(keys, rows, strict=True)]
 
-    def fire_repeats(self, limit: int = rep.DUE_LIMIT) -> rep.Fired:
+    def fire_repeats(self, limit: int = rep.DUE_LIMIT, *, audit: bool = False) -> rep.Fired:
         """One round of firing: every due tick of up to ``limit`` due schedules becomes a
         job, in two round trips (one, a cheap read, when nothing is due). Any number of
         callers at once make one job per tick; a tick never fires before the server clock
-        reaches it. A due schedule whose stored spec yields no tick (edited by hand) is
-        skipped and named in ``Fired.broken``. The worker's maintenance beat calls this;
-        ``Fired.next_ms`` (with
-        ``now_ms``) says when to call again."""
-        read = self._run(rep.due_repeats(self.core, limit))
-        groups, broken = rep.plan(read)
+        reaches it. A due schedule whose stored state cannot be fired (a hand edit, a
+        partial restore: ``rep.fault``) is skipped, parked (docs/control.md) and named in
+        ``Fired.broken``; it never refuses the round. ``audit``: also find the schedules
+        whose row has no due score (no firer would ever see them), name them and give them
+        their due score again. The worker's maintenance beat calls this (``audit`` once a
+        minute); ``Fired.next_ms`` (with ``now_ms``) says when to call again."""
+        read = self._run(rep.due_repeats(self.core, limit, audit))
+        groups, why = rep.plan(read)
         if not groups:
-            return rep.Fired([], read.now_ms, read.next_ms, {}, broken)
+            return rep.Fired([], read.now_ms, read.next_ms, {}, list(why), why)
         jobs: list[str] = []
         answers: dict[str, int] = {}
         fired = rep.Fired(jobs, read.now_ms, read.next_ms, answers)
         for i in range(0, len(groups), rep.FIRE_CHUNK):
             fired = self._run(rep.fire_repeats(self.core, groups[i : i + rep.FIRE_CHUNK]))
             jobs += fired.jobs
+            why = fired.why | why  # the script's safety belt may name one the plan passed
             for answer, n in fired.answers.items():
                 answers[answer] = answers.get(answer, 0) + n
-        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers, broken)
+        return rep.Fired(jobs, fired.now_ms, fired.next_ms, answers, list(why), why)
 
     def children(self, job_id: str) -> list[flows.Child]:
         """The children of the flow parent ``job_id``: each one's id, status ('' while
