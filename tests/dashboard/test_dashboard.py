@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,19 @@ BOUND_S = 30.0  # bounds a hang, never a speed
 
 
 @contextlib.contextmanager
-def serve(url: str, **options: Any) -> Iterator[httpx.Client]:
-    """The dashboard for ``url`` on a free loopback port; a client on it (HTML accepted)."""
+def serve(
+    url: str, wrap: Callable[[Any], Any] | None = None, **options: Any
+) -> Iterator[httpx.Client]:
+    """The dashboard for ``url`` on a free loopback port; a client on it (HTML accepted).
+    ``wrap``: uvicorn serves ``wrap(app)`` (a test's ASGI wrapper around the whole app)."""
     app = create_app(url, **options)
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
+        wrap(app) if wrap else app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

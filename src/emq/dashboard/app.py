@@ -1,7 +1,8 @@
 """``create_app``: the dashboard's ASGI app (Starlette) over a queue server.
 
-Its routes are the table in :mod:`emq.dashboard.routes`; the security middleware
-(:class:`emq.dashboard.security.Guard`) wraps every one of them. Here: the app's state
+Its routes are the table in :mod:`emq.dashboard.routes`; the body cap
+(:class:`emq.dashboard.security.BodyCap`) and the security middleware
+(:class:`emq.dashboard.security.Guard`) wrap every one of them. Here: the app's state
 (:class:`~emq.dashboard.web.Dash`), the live sampler's lifespan, and the error pages (an
 HTTP error as a page or as text; 503 when the queue server does not answer).
 """
@@ -62,11 +63,12 @@ def create_app(
             await sampler.stop()
             await dash.close()
 
+    cap = Middleware(security.BodyCap)  # outermost: before any layer could read a body
     guard = Middleware(security.Guard, token=dash.token, read_only=read_only)
     handlers: Any = {HTTPException: _http_error}
     handlers.update(dict.fromkeys(DOWN, _server_down))
     app = Starlette(
-        routes=ROUTES, middleware=[guard], lifespan=lifespan, exception_handlers=handlers
+        routes=ROUTES, middleware=[cap, guard], lifespan=lifespan, exception_handlers=handlers
     )
     app.state.dash = dash
     app.state.live = sampler

@@ -19,6 +19,11 @@ Guarantees, each checked before any page or action runs (:class:`Guard`, an ASGI
   the origin check.
 - **Read-only.** With ``read_only`` every POST except ``/login`` is refused with 403, whatever
   route it names, and pages render no action.
+- **Bodies of at most 64 KiB.** :class:`BodyCap`, outside every other layer, answers 413 to a
+  request whose ``Content-Length`` is over :data:`MAX_BODY_BYTES` before reading a byte of
+  it, and counts a body that streams (chunked, or a length that lies) as the app reads it:
+  past the cap the read fails with 413. No request, on any route, authenticated or not,
+  makes the dashboard hold more than the cap of it.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ import secrets
 from collections.abc import Mapping
 from urllib.parse import quote, urlsplit
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+MAX_BODY_BYTES = 64 * 1024  # every form of the dashboard is far smaller
 AUTH_COOKIE = "emq_auth"
 CSRF_COOKIE = "emq_csrf"
 CSRF_FIELD = "csrf"
@@ -164,6 +171,74 @@ class Guard:
             await refused(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
+
+
+CLOSE = (b"connection", b"close")
+
+
+class BodyTooLarge(HTTPException):
+    """A request body read past :data:`MAX_BODY_BYTES` (the error pages answer 413)."""
+
+    def __init__(self) -> None:
+        super().__init__(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+
+
+class BodyCap:
+    """ASGI middleware: the one place the body cap is enforced (module doc). A declared
+    ``Content-Length`` over the cap, or one that is not a number, is answered (413, 400)
+    without calling the app and with ``Connection: close``, so the server never reads the
+    body; otherwise every ``http.request`` message the app receives is counted, and the
+    receive that passes the cap raises :class:`BodyTooLarge` instead of returning it."""
+
+    def __init__(self, app: ASGIApp, *, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
+        if lengths:
+            if not all(v.strip().isdigit() for v in lengths):
+                await _refuse(400, "Content-Length is not a number", scope, receive, send)
+                return
+            if max(int(v) for v in lengths) > self.limit:
+                await _refuse(413, BodyTooLarge().detail, scope, receive, send)
+                return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge()
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if seen > self.limit:  # the 413 of the route: read no more of the body
+                    message = {**message, "headers": [*message.get("headers", []), CLOSE]}
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except Exception:
+            if seen <= self.limit:
+                raise
+            if not started:  # a read outside a route's error handling (none today)
+                await _refuse(413, BodyTooLarge().detail, scope, receive, send)
+
+
+async def _refuse(status: int, text: str, scope: Scope, receive: Receive, send: Send) -> None:
+    response = PlainTextResponse(f"{text}\n", status_code=status)
+    response.raw_headers += [CLOSE, *HEADERS]  # close: the server reads no more of the body
+    await response(scope, receive, send)
 
 
 def safe_next(target: str | None) -> str:
