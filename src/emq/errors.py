@@ -85,8 +85,10 @@ class ServerRefused(EmqError):
 
 
 class ServerOutOfMemory(ServerRefused):
-    """The server is at ``maxmemory`` and refused a write. Nothing was applied (every emq
-    script is refused whole, before it runs); retry once memory is freed."""
+    """The server is at ``maxmemory`` and refused a write. Nothing was applied (a script that
+    may grow memory is refused whole, before it runs); retry once memory is freed. What frees
+    it still runs there (docs/guarantees.md, "At maxmemory"): ``remove``, ``drain``,
+    ``obliterate``, the dead-letter purge, and a worker's lease renewals."""
 
 
 class WorkerFailed(EmqError):
@@ -178,7 +180,8 @@ def from_reply(message: str) -> EmqError | None:
     if head == "OOM" or "OOM command not allowed" in message:
         return ServerOutOfMemory(
             f"the server is out of memory (maxmemory reached) and refused a write; nothing was "
-            f"applied: {message}",
+            f"applied; free memory (remove, drain, obliterate and the dead-letter purge still "
+            f"run) or raise maxmemory: {message}",
             "OOM",
         )
     if head in SERVER_REFUSALS:

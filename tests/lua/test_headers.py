@@ -13,7 +13,8 @@ from emq.calls.control import cancel_call
 from emq.calls.flows import deliver_call, flow_plan, flow_steps
 from emq.calls.jobs import QueueCore, node_lease
 from emq.calls.results import await_result
-from emq.lua.scripts import SCRIPTS, parse_header
+from emq.lua.compose import flags_of
+from emq.lua.scripts import SCRIPTS, parse_header, quiet
 from emq.model.records import JobSpec
 
 ID = "JOB0000000000A"
@@ -122,6 +123,55 @@ def test_the_header_ends_with_its_includes_line(name: str) -> None:
     header = lines[: next(i for i, line in enumerate(lines) if not line.startswith("--"))]
     names = ", ".join(SCRIPTS[name].header.includes) or "none"
     assert header[-1] == f"-- Includes: {names}"
+
+
+# the scripts that run at maxmemory (docs/guarantees.md, "At maxmemory"): each adds nothing
+# there, measured in tests/ops/test_oom.py; every other script may grow memory and stays
+# refused whole (claim, enqueue, complete, fail, cancel, ...)
+ALLOW_OOM = {"extend", "remove", "drain", "obliterate"}
+
+
+def test_only_the_scripts_that_add_nothing_run_at_maxmemory() -> None:
+    assert {n for n, s in SCRIPTS.items() if s.header.flags} == ALLOW_OOM
+    assert {n for n, s in SCRIPTS.items() if s.at_maxmemory is not None} == ALLOW_OOM
+
+
+@pytest.mark.parametrize("name", sorted(ALLOW_OOM))
+def test_the_allow_oom_shape_differs_by_its_first_line_only(name: str) -> None:
+    """Same header, includes, body and line map; only the shebang carries the flag."""
+    plain, shape = SCRIPTS[name], SCRIPTS[name].at_maxmemory
+    assert shape is not None and shape.at_maxmemory is None
+    first, rest = plain.source.split("\n", 1)
+    assert first == "#!lua" and shape.source == "#!lua flags=allow-oom\n" + rest
+    assert shape.spans == plain.spans and shape.sha != plain.sha
+    lines = resources.files("emq").joinpath("lua", f"{name}.lua").read_text().splitlines()
+    header = lines[: next(i for i, line in enumerate(lines) if not line.startswith("--"))]
+    assert header[-2] == "-- Flags: allow-oom", f"{name}: the Flags line goes before Includes"
+
+
+@pytest.mark.parametrize("name", sorted(ALLOW_OOM))
+def test_at_maxmemory_a_script_is_sent_with_no_events(name: str) -> None:
+    """A flagged script that appends events takes ``maxlen``, which the resend sets to 0;
+    one without it never turns events on (``use_events``: emit() then appends nothing)."""
+    script, call = SCRIPTS[name], SAMPLES[name]
+    args = quiet(script, call.args)
+    if "maxlen" in script.header.args:
+        at = script.header.args.index("maxlen")
+        assert args[at] == 0 and args[:at] + args[at + 1 :] == call.args[:at] + call.args[at + 1 :]
+    else:
+        text = resources.files("emq").joinpath("lua", f"{name}.lua").read_text()
+        assert args == call.args and "use_events(" not in text and "'XADD'" not in text
+
+
+def test_flags_line_shape_is_enforced() -> None:
+    head = "-- x: a -> b\n-- Returns: 1\n-- Errors: n\n-- Derives: n\n"
+    assert flags_of("x.lua", head + "-- Includes: none\n") == ()
+    assert flags_of("x.lua", head + "-- Flags: allow-oom\n-- Includes: none\n") == ("allow-oom",)
+    for bad in ("no-writes", "allow-cross-slot-keys", "allow-oom, allow-oom"):
+        with pytest.raises(ValueError, match="one line '-- Flags: allow-oom'"):
+            flags_of("x.lua", head + f"-- Flags: {bad}\n-- Includes: none\n")
+    with pytest.raises(ValueError, match=r"^x\.lua: the header may have one line"):
+        flags_of("x.lua", head + "-- Flags: allow-oom\n-- Flags: allow-oom\n")
 
 
 def test_header_shape_is_enforced() -> None:

@@ -8,6 +8,12 @@ then the script's body, and keeps a line map, so the line ``user_script:<N>`` of
 can be told as the script's own line, ``claim.lua:135``, or an include's,
 ``includes/lanes.lua:40`` (:func:`located`).
 
+A script that may run while the server is at ``maxmemory`` says so in its header, in one line
+right before its ``-- Includes:`` line, ``-- Flags: allow-oom`` (:func:`flags_of`); it is then
+composed twice, identical but for line 1: ``#!lua``, sent first (the server refuses it whole
+when it is out of memory, as every other script) and ``#!lua flags=allow-oom``, the shape
+:mod:`emq.lua.scripts` sends after that refusal (:func:`shebang`).
+
 Pure: the loader (:mod:`emq.lua.scripts`) reads the files; this module only puts text together.
 """
 
@@ -19,6 +25,9 @@ from dataclasses import dataclass
 
 SHEBANG = "#!lua\n"  # line 1 of every script: the server refuses it whole while out of memory
 INCLUDES = "-- Includes:"
+FLAGS = "-- Flags:"
+ALLOW_OOM = "allow-oom"  # runs at maxmemory: the script must then append nothing (scripts.py)
+KNOWN_FLAGS = (ALLOW_OOM,)
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _USER_SCRIPT = re.compile(r"user_script:(\d+)")
 
@@ -70,6 +79,30 @@ def includes_of(file: str, text: str) -> tuple[str, ...]:
     return names
 
 
+def flags_of(file: str, text: str) -> tuple[str, ...]:
+    """The server flags on the ``-- Flags:`` line of a file's leading comment block, () when
+    it has none; ValueError for a second such line or a flag emq does not use. Only
+    ``allow-oom``: every emq script writes (no ``no-writes``), runs on a primary (no
+    ``allow-stale``), in its queue's slot (no ``allow-cross-slot-keys``, so a cluster still
+    refuses a key of another slot), on a cluster too (no ``no-cluster``)."""
+    found = [line for line in _leading_comments(text) if line.startswith(FLAGS)]
+    if not found:
+        return ()
+    names = tuple(found[0][len(FLAGS) :].strip().split(", "))
+    if len(found) > 1 or any(n not in KNOWN_FLAGS for n in names) or len(set(names)) < len(names):
+        raise ValueError(
+            f"{file}: the header may have one line '{FLAGS} {', '.join(KNOWN_FLAGS)}'"
+            f", got {found!r}"
+        )
+    return names
+
+
+def shebang(flags: Iterable[str] = ()) -> str:
+    """Line 1 of a composed script: ``#!lua``, with ``flags=...`` when it has some."""
+    names = ",".join(flags)
+    return f"#!lua flags={names}\n" if names else SHEBANG
+
+
 def library(texts: Mapping[str, str]) -> dict[str, Include]:
     """The includes from their texts (``{name: text of includes/<name>.lua}``); ValueError if
     one names an include that does not exist or needs itself, directly or not."""
@@ -107,12 +140,15 @@ def order(names: Iterable[str], lib: Mapping[str, Include], file: str) -> tuple[
     return tuple(done)
 
 
-def compose(name: str, text: str, lib: Mapping[str, Include]) -> Composed:
-    """``#!lua``, the header of ``<name>.lua`` (its ``text``), the includes it names with what
-    they need, then its body; with the line map."""
+def compose(
+    name: str, text: str, lib: Mapping[str, Include], flags: Iterable[str] = ()
+) -> Composed:
+    """``#!lua`` (with ``flags``, :func:`shebang`), the header of ``<name>.lua`` (its
+    ``text``), the includes it names with what they need, then its body; with the line map
+    (the same for any ``flags``: they change line 1 only)."""
     lines = text.splitlines(keepends=True)
     h = len(_leading_comments(text))
-    parts, spans, at = [SHEBANG, *lines[:h]], [Span(2, h + 1, f"{name}.lua", 1)], h + 2
+    parts, spans, at = [shebang(flags), *lines[:h]], [Span(2, h + 1, f"{name}.lua", 1)], h + 2
     composed = order(includes_of(f"{name}.lua", text), lib, f"{name}.lua")
     for inc in composed:
         n = lib[inc].text.count("\n")

@@ -8,6 +8,9 @@
 -- does (in this step, or through the outbox for a parent in another queue), so a parent
 -- whose last children were drained is pending (and a later call of the drain takes it too);
 -- a drained parent (ready, or scheduled for a retry) takes its flow:<id> record with it.
+-- At maxmemory (allow-oom): sent again with maxlen 0 after the server refused the plain call
+--   for memory: no event; a flow's counts (and outbox entries) are a few bytes next to the
+--   rows it deletes.
 --
 -- KEYS[1] pending    ZSET    waiting jobs
 -- KEYS[2] schedule   ZSET    delayed jobs
@@ -22,6 +25,7 @@
 --   lanes:later ZSET, lanes:full SET, lanes:conf HASH (read only), events:archived STRING
 --   (read only), flow:<id> HASH, flow:<id>:results HASH, flow:<parent> HASH, waiting ZSET,
 --   wake LIST, outbox HASH (a flow's child or parent: docs/flows.md)
+-- Flags: allow-oom
 -- Includes: clock, events, flows, lanes
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]

@@ -4,6 +4,10 @@
 -- Safety belt: a lease is extended only if the job is in active, its deadline has not passed
 -- on the server clock, and the row's token equals the caller's. A late heartbeat therefore
 -- never pulls a recovered job back into active while it also sits in pending.
+-- At maxmemory (allow-oom): the server refused the plain call for memory, and emq sends it
+-- again with maxlen 0, so a lost lease appends no lease_lost event: re-scoring a member of
+-- active is all it writes, which adds no memory, and a live worker's leases outlast an
+-- out-of-memory episode of any length.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] events     STREAM  lifecycle events
@@ -19,6 +23,7 @@
 --          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
 -- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Flags: allow-oom
 -- Includes: answers, clock, events
 local k_active = KEYS[1]
 local k_events = KEYS[2]

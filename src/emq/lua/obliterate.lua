@@ -10,6 +10,9 @@
 -- 'removed' through this queue's outbox (a parent in this queue goes with it, uncounted);
 -- so the outbox goes last: while it holds entries the call returns done = 0 and deletes
 -- nothing more, and the caller delivers them (deliver_outbox) before calling again.
+-- At maxmemory (allow-oom): runs after the server refused the plain call for memory; it
+--   appends no event in any case, and an outbox entry is a few bytes next to the row it
+--   deletes.
 --
 -- KEYS[1] pending        ZSET    waiting jobs
 -- KEYS[2] active         ZSET    leased jobs
@@ -34,6 +37,7 @@
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
 --   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
 --   messages are delivered before it goes)
+-- Flags: allow-oom
 -- Includes: clock, flows, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]

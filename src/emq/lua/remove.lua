@@ -9,6 +9,10 @@
 -- child with on_failure ignore); a removed waiting parent's unfinished children are
 -- cancelled in this same step (reason 'parent removed'), and a parent's flow:<id> record
 -- goes with it.
+-- At maxmemory (allow-oom): sent again with maxlen 0 after the server refused the plain call
+--   for memory: no event; what it still writes (a flow's count, result() waiters told) is a
+--   few bytes next to the row it deletes (a removed waiting parent's children, cancelled,
+--   keep their rows).
 --
 -- KEYS[1] pending    ZSET    waiting jobs
 -- KEYS[2] active     ZSET    leased jobs
@@ -27,6 +31,7 @@
 --   lanes:full SET, lanes:ring ZSET, wake LIST, done:<id> LIST (result() waiters),
 --   events:archived STRING (read only), waiting ZSET, metrics HASH, flow:<id> HASH,
 --   flow:<id>:results HASH, flow:<parent> HASH, flow:<parent>:results HASH
+-- Flags: allow-oom
 -- Includes: cancel, clock, events, flows, lanes, waiters
 local k_pending = KEYS[1]
 local k_active = KEYS[2]

@@ -11,6 +11,13 @@ of memory, before any write (:class:`~emq.errors.ServerOutOfMemory`), never half
 the server reports at ``user_script:<N>`` is raised naming the file and line it comes from
 (``claim.lua:135``, ``includes/lanes.lua:40``).
 
+At maxmemory: a script whose header says ``-- Flags: allow-oom`` (extend, and the scripts that
+delete jobs) also has :attr:`Script.at_maxmemory`, its text under ``#!lua flags=allow-oom``,
+which the server runs while out of memory. A call is sent plain first (the hot path as it
+was); only once the server refused it for memory (``OOM``: none of it ran) is it sent again
+in that shape with ``ARGV`` ``maxlen`` 0 (:func:`at_maxmemory`): no event is appended. The
+server's refusal is how a script learns it is at maxmemory (it cannot read ``used_memory``).
+
 Dispatch guarantee: a call is sent as ``EVALSHA`` with the sha computed locally. On
 ``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a failover) the source is loaded, the returned
 sha is checked against the local one, and the call is re-sent; any number of flushes in a row
@@ -37,12 +44,24 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import EmqError, ScriptError, ServerUnreachable, from_reply
-from .compose import Include, Span, compose, includes_of, library, located, place
+from ..errors import EmqError, ScriptError, ServerOutOfMemory, ServerUnreachable, from_reply
+from .compose import (
+    ALLOW_OOM,
+    Include,
+    Span,
+    compose,
+    flags_of,
+    includes_of,
+    library,
+    located,
+    place,
+)
 
 RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
 INCLUDES_DIR = "includes"  # lua/includes/<name>.lua: the functions scripts share
 LOST = (RedisConnectionError, RedisTimeoutError)  # redis-py's: the server is away
+QUIET_ARG = "maxlen"  # the ARGV set to 0 when a script is sent again at maxmemory: no events
+Args = list[str | int | float]
 
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)\s+(\S+)")
 _ARG_LINE = re.compile(r"^-- ARGV\[(\d+)\]\s+(\S+)\s+(\S+)")
@@ -62,6 +81,7 @@ class Header:
     errors: str
     derives: str
     includes: tuple[str, ...]  # the '-- Includes:' line: what the body calls
+    flags: tuple[str, ...] = ()  # the '-- Flags:' line: ('allow-oom',) or ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +90,9 @@ class Script:
     source: str
     sha: str
     header: Header
-    spans: tuple[Span, ...]  # the line map of source (emq.lua.compose)
+    spans: tuple[Span, ...]  # the line map of source (emq.lua.compose), of both shapes
     includes: tuple[str, ...]  # composed into source, in order
+    at_maxmemory: Script | None = None  # the '#!lua flags=allow-oom' shape, if it has one
 
 
 def parse_header(name: str, source: str) -> Header:
@@ -123,16 +144,43 @@ def parse_header(name: str, source: str) -> Header:
         errors=sections["Errors"],
         derives=sections["Derives"],
         includes=includes_of(f"{name}.lua", source),
+        flags=flags_of(f"{name}.lua", source),
     )
 
 
 def build(name: str, text: str, lib: dict[str, Include] | None = None) -> Script:
     """The script of file ``<name>.lua`` whose text is ``text``: its header parsed, composed
-    with the includes it names (by default the package's), hashed."""
+    with the includes it names (by default the package's), hashed; with its allow-oom shape
+    when its header has the flag."""
     header = parse_header(name, text)
-    composed = compose(name, text, LIBRARY if lib is None else lib)
-    sha = hashlib.sha1(composed.source.encode("utf-8")).hexdigest()
-    return Script(name, composed.source, sha, header, composed.spans, composed.includes)
+
+    def shape(flags: tuple[str, ...], oom: Script | None) -> Script:
+        composed = compose(name, text, LIBRARY if lib is None else lib, flags)
+        sha = hashlib.sha1(composed.source.encode("utf-8")).hexdigest()
+        return Script(name, composed.source, sha, header, composed.spans, composed.includes, oom)
+
+    return shape((), shape(header.flags, None) if ALLOW_OOM in header.flags else None)
+
+
+def at_maxmemory(script: Script, exc: Exception, args: Args) -> tuple[Script, Args] | None:
+    """What to send when the server refused ``script`` with ``exc``: its allow-oom shape and
+    ``args`` with ``maxlen`` 0 (no event) if ``exc`` is the refusal of a server out of memory
+    and the script has that shape; else None (the refusal is raised)."""
+    shape = script.at_maxmemory
+    if shape is None or not _out_of_memory(exc):
+        return None
+    return shape, quiet(script, args)
+
+
+def quiet(script: Script, args: Args) -> Args:
+    """``args`` of ``script`` with ``maxlen`` (if it takes one) 0: no event appended."""
+    at = script.header.args.index(QUIET_ARG) if QUIET_ARG in script.header.args else len(args)
+    return args if at >= len(args) else [*args[:at], 0, *args[at + 1 :]]
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    oom = (redis.exceptions.OutOfMemoryError, ServerOutOfMemory)
+    return isinstance(exc, oom) or str(exc).startswith("OOM")
 
 
 def _read_includes() -> dict[str, Include]:
@@ -227,34 +275,53 @@ def unreachable(exc: Exception) -> ServerUnreachable:
     return err
 
 
-def run(client: redis.Redis, name: str, keys: list[str], args: list[str | int | float]) -> Any:
-    """Run script ``name`` EVALSHA-first on a sync client."""
+def _evalsha(client: redis.Redis, script: Script, keys: list[str], args: Args, t0: float) -> Any:
+    while True:
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError as exc:
+            _reload_or_give_up(script, t0, exc)
+            _check_loaded(script, client.script_load(script.source))
+
+
+async def _aevalsha(
+    client: redis.asyncio.Redis, script: Script, keys: list[str], args: Args, t0: float
+) -> Any:
+    while True:
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError as exc:
+            _reload_or_give_up(script, t0, exc)
+            _check_loaded(script, await client.script_load(script.source))
+
+
+def run(client: redis.Redis, name: str, keys: list[str], args: Args) -> Any:
+    """Run script ``name`` EVALSHA-first on a sync client (refused for memory: once more in
+    its allow-oom shape, if it has one)."""
     script, started = SCRIPTS[name], time.monotonic()
     try:
-        while True:
-            try:
-                return client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError as exc:
-                _reload_or_give_up(script, started, exc)
-                _check_loaded(script, client.script_load(script.source))
+        try:
+            return _evalsha(client, script, keys, args, started)
+        except ResponseError as exc:
+            if (again := at_maxmemory(script, exc, args)) is None:
+                raise
+            return _evalsha(client, again[0], keys, again[1], started)
     except ResponseError as exc:
         raise refusal(exc, script) from None
     except LOST as exc:
         raise unreachable(exc) from exc
 
 
-async def run_async(
-    client: redis.asyncio.Redis, name: str, keys: list[str], args: list[str | int | float]
-) -> Any:
-    """Run script ``name`` EVALSHA-first on an asyncio client."""
+async def run_async(client: redis.asyncio.Redis, name: str, keys: list[str], args: Args) -> Any:
+    """Run script ``name`` EVALSHA-first on an asyncio client (as :func:`run`)."""
     script, started = SCRIPTS[name], time.monotonic()
     try:
-        while True:
-            try:
-                return await client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError as exc:
-                _reload_or_give_up(script, started, exc)
-                _check_loaded(script, await client.script_load(script.source))
+        try:
+            return await _aevalsha(client, script, keys, args, started)
+        except ResponseError as exc:
+            if (again := at_maxmemory(script, exc, args)) is None:
+                raise
+            return await _aevalsha(client, again[0], keys, again[1], started)
     except ResponseError as exc:
         raise refusal(exc, script) from None
     except LOST as exc:
@@ -262,21 +329,24 @@ async def run_async(
 
 
 def _sorted_replies(replies: list[Any], script: Script) -> tuple[list[int], EmqError | None]:
-    """The positions of a pipeline's replies that were ``NOSCRIPT`` (to be re-run alone, which
-    loads the script) and the first other refusal (raised once every reply has been read)."""
-    reload = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-    refused = next((r for r in replies if isinstance(r, ResponseError) and not
-                    isinstance(r, NoScriptError)), None)  # fmt: skip
-    return reload, None if refused is None else refusal(refused, script)
+    """The positions of a pipeline's replies to re-run alone: ``NOSCRIPT`` (the re-run loads
+    the script) and, for a script with an allow-oom shape, ``OOM`` (the re-run sends that
+    shape); and the first other refusal (raised once every reply has been read)."""
+    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError) or
+             (isinstance(r, ResponseError) and at_maxmemory(script, r, []))]  # fmt: skip
+    refused = next((r for i, r in enumerate(replies) if isinstance(r, ResponseError) and
+                    i not in again), None)  # fmt: skip
+    return again, None if refused is None else refusal(refused, script)
 
 
-Calls = list[tuple[list[str], list[str | int | float]]]
+Calls = list[tuple[list[str], Args]]
 
 
 def run_pipelined(client: redis.Redis, name: str, calls: Calls) -> list[Any]:
     """Run several calls of script ``name`` in one pipeline (one round trip, no MULTI; each
-    call is still its own indivisible step). A call answered ``NOSCRIPT`` is re-run alone,
-    which loads the script; any other refusal is raised once every reply has been read."""
+    call is still its own indivisible step). A call answered ``NOSCRIPT`` (or ``OOM``, when
+    the script has an allow-oom shape) is re-run alone, by :func:`run`; any other refusal is
+    raised once every reply has been read."""
     script = SCRIPTS[name]
     try:
         with client.pipeline(transaction=False) as pipe:

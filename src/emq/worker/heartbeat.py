@@ -18,12 +18,17 @@ still extends it) is reported once through ``on_cancel`` with the reason read fr
 and renewed on until its ack lands; a worker cut off from the server learns it once a beat
 goes through again (or its lease lapses and the sweep ends the job, cancelled).
 
+At maxmemory: ``extend`` is one of the scripts the server still runs (``lua/extend.lua``,
+``-- Flags: allow-oom``; it then appends no event and adds nothing), so a live worker's
+leases outlast an out-of-memory episode of any length, while its claims and acks are
+refused and re-sent (docs/guarantees.md, "At maxmemory").
+
 Threads: the set of leases renewed (:attr:`Heartbeat.held`) is this object's own, changed
 only under its lock; a lease's phase (:mod:`.phase`) is the event loop's, and the thread only
 reads it: past :data:`~.phase.UNDECIDED`, an outcome is on its way and its answer rules.
 
-The thread cannot die silently: a server error (unreachable, out of memory, any refusal) is
-logged once per episode and the beat retried with backoff; any other exception is handed to
+The thread cannot die silently: a server error (unreachable, any refusal) is logged once per
+episode and the beat retried with backoff; any other exception is handed to
 ``on_crash`` (the worker then stops claiming and its run raises) before the thread ends.
 """
 

@@ -18,6 +18,10 @@ Guarantees:
   moves only jobs still dead at its own step (``redrive.lua``); a purge removes a job only
   if its row did not change between that read and the removal (``WATCH`` on the rows, the
   removals in one ``MULTI``), so it never deletes a job that left the dead set meanwhile.
+  At maxmemory, a round the server refused for memory (nothing of it ran) is sent again in
+  ``remove``'s allow-oom shape (:func:`emq.lua.scripts.at_maxmemory`: no event), so a purge
+  frees memory there; Redis refuses any command queued in a ``MULTI`` at maxmemory (Valkey
+  does not), so there the purge stays refused (``Queue.remove`` and ``obliterate`` run).
 - ``progress(done, total)`` is called once the snapshot is taken (``done`` = 0) and after
   every chunk; ``done`` counts moved and skipped jobs and ends equal to ``total``.
 """
@@ -41,6 +45,7 @@ from ...calls.deadletters import (
     chunks,
     kept,
 )
+from ...errors import ServerOutOfMemory
 from ...lua import scripts
 from ...model.ids import check_id
 
@@ -165,7 +170,10 @@ def _purge_chunk(queue: Queue, ids: list[str], f: DeadFilter) -> int:
     parts: list[tuple[list[str], int]] = [(ids, 0)]
     while parts:  # bounded: a part is split at most log2(len(ids)) times, each tried a few
         todo, tries = parts.pop()
-        done = _purge_once(queue, todo, f)
+        try:
+            done = _purge_once(queue, todo, f)
+        except ServerOutOfMemory as exc:  # refused whole: once more, in the allow-oom shape
+            done = _purge_once(queue, todo, f, exc)
         if done is not None:
             removed += done[0]
             todo = done[1]  # not applied (the script cache was flushed): once more
@@ -181,12 +189,18 @@ def _purge_chunk(queue: Queue, ids: list[str], f: DeadFilter) -> int:
     return removed
 
 
-def _purge_once(queue: Queue, ids: list[str], f: DeadFilter) -> Purged:
+def _purge_once(
+    queue: Queue, ids: list[str], f: DeadFilter, oom: ServerOutOfMemory | None = None
+) -> Purged:
     """One ``WATCH`` / read / ``MULTI`` / ``EXEC`` round: (removed, ids to try again), or
-    None if a watched row changed (nothing was applied)."""
-    script = scripts.SCRIPTS["remove"]
+    None if a watched row changed (nothing was applied). ``oom``: the server refused the
+    round for memory; this one sends ``remove``'s allow-oom shape."""
+    script, shaped = scripts.SCRIPTS["remove"], None
+    if oom is not None and (shaped := scripts.at_maxmemory(script, oom, [])) is None:
+        raise oom
+    shape = script if shaped is None else shaped[0]
     with scripts.translated():
-        queue.client.script_load(script.source)
+        queue.client.script_load(shape.source)
         try:
             with queue.client.pipeline(transaction=True) as tx:
                 p: Any = tx  # redis-py leaves watch / multi untyped
@@ -197,7 +211,8 @@ def _purge_once(queue: Queue, ids: list[str], f: DeadFilter) -> Purged:
                 p.multi()
                 for job_id in todo:
                     call = queue.core.remove(job_id)
-                    p.execute_command("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
+                    args = call.args if shaped is None else scripts.quiet(script, call.args)
+                    p.execute_command("EVALSHA", shape.sha, len(call.keys), *call.keys, *args)
                 replies = p.execute(raise_on_error=False)
         except WatchError:
             return None
