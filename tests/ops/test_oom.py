@@ -9,6 +9,7 @@ with the invariant check."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,15 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from emq import JobContext, JobSpec, Queue, ServerOutOfMemory, Worker, WorkerOptions
+from emq import (
+    JobContext,
+    JobSpec,
+    Queue,
+    QueueOptions,
+    ServerOutOfMemory,
+    Worker,
+    WorkerOptions,
+)
 from emq.cli.main import cli
 from emq.embedded.standalone import EmbeddedServer
 from emq.lua.scripts import SCRIPTS
@@ -43,6 +52,11 @@ def sizes(admin: redis.Redis, q: Queue) -> dict[str, int]:
     """``MEMORY USAGE`` of every key of the queue, to the byte."""
     keys = admin.scan_iter(match=q.core.keys.prefix + "*", count=1000)
     return {k: int(admin.memory_usage(k, samples=0) or 0) for k in keys}
+
+
+def aof_on(admin: redis.Redis) -> bool:
+    info = admin.info("persistence")
+    return int(info["aof_enabled"]) == 1 and int(info["aof_rewrite_in_progress"]) == 0
 
 
 def loaded(admin: redis.Redis, *names: str) -> None:
@@ -217,3 +231,33 @@ def test_an_operator_frees_memory_at_maxmemory(
     assert_consistent(admin, "oom-gone")
     q.close()
     other.close()
+
+
+@pytest.mark.servers("valkey")  # durability="aof" needs WAITAOF: Redis 7.0 has none
+def test_a_durable_queue_frees_memory_at_maxmemory(
+    own: EmbeddedServer, admin: redis.Redis, oom: OutOfMemory
+) -> None:
+    """A queue with durability="aof" waits for every removal: at maxmemory the wait's
+    no-change write is refused too, so the removal is sent in its allow-oom shape and
+    waited for with the script's own writes; it returns once they are fsynced."""
+    admin.config_set("appendonly", "yes")
+    admin.config_set("appendfsync", "always")
+    deadline = time.monotonic() + HANG
+    while not aof_on(admin):  # turning AOF on starts a rewrite; WAITAOF answers after it
+        assert time.monotonic() < deadline, "the AOF was never turned on"
+        time.sleep(0.01)
+    options = QueueOptions(durability="aof")
+    with Queue.from_url(own.url(), "oom-durable", options=options) as q:
+        body = "x" * 10_000
+        big = str(q.enqueue("send", {"b": body * 50}))
+        rest = q.enqueue_many([("send", {"b": body, "i": i}) for i in range(20)])
+        loaded(admin, "remove", "drain")
+        with oom:
+            used = used_memory(admin)
+            with pytest.raises(ServerOutOfMemory):
+                q.enqueue("send", {"b": body})  # grows: refused, nothing written
+            assert q.remove(big) == "pending"  # waited for: WAITAOF after the script's writes
+            assert q.drain() == len(rest)
+            assert used - used_memory(admin) > 100_000
+        assert q.counts()["pending"] == 0
+        assert_consistent(admin, "oom-durable")

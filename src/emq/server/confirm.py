@@ -70,29 +70,46 @@ def _script_reply(reply: Any) -> Any:
 class Step:
     """The calls one node runs and confirms, re-sent (those not run, with the wait) until
     all ran: a script cache flushed there is loaded again for up to ``RELOAD_FOR_S``; a
-    slot that moved is followed up to :data:`RERUNS` times."""
+    slot that moved is followed up to :data:`RERUNS` times; a call refused for memory is sent
+    once more in its script's allow-oom shape (:func:`emq.lua.scripts.at_maxmemory`), and the
+    wait's no-change write, refused there too, becomes a ``PING``: the wait then covers what
+    the script itself wrote on this connection."""
 
     def __init__(self, script: scripts.Script, calls: Calls, tail: list[tuple[Any, ...]]):
-        self.script, self.calls, self.wait = script, calls, tail
+        self.script, self.wait = script, tail
+        self.calls = [(script, keys, args) for keys, args in calls]
         self.out: list[Any] = [None] * len(calls)
         self.todo = list(range(len(calls)))
         self.tail: list[Any] = []
         self.moves, self.started = 0, time.monotonic()
 
     def commands(self) -> list[tuple[Any, ...]]:
-        sha = self.script.sha
-        cmds = [("EVALSHA", sha, len(k), *k, *a) for k, a in (self.calls[j] for j in self.todo)]
+        cmds = [
+            ("EVALSHA", s.sha, len(k), *k, *a) for s, k, a in (self.calls[j] for j in self.todo)
+        ]
         return cmds + self.wait
+
+    def sources(self) -> list[str]:
+        """The texts to load before the calls still to run are sent again."""
+        return list(dict.fromkeys(self.calls[j][0].source for j in self.todo))
 
     def sort(self, replies: list[Any]) -> str | None:
         """Keep the replies; None once every call ran, else what to do first: ``"moved"``
-        (read the slot map again) or ``"load"`` (the script)."""
+        (read the slot map again), ``"load"`` (the scripts) or ``"again"``."""
         got, self.tail = replies[: len(self.todo)], replies[len(self.todo) :]
-        missed = []
+        missed, oom = [], []
         for j, reply in zip(self.todo, got, strict=True):
             self.out[j] = reply
             if isinstance(reply, _NOT_RUN):
                 missed.append(j)
+            elif isinstance(reply, ResponseError) and self.calls[j][0] is self.script:
+                again = scripts.at_maxmemory(self.script, reply, self.calls[j][2])
+                if again is not None:
+                    oom.append(j)
+                    self.calls[j] = (again[0], self.calls[j][1], again[1])
+        if oom:  # none of these ran: at maxmemory, the allow-oom shape and a PING for marker
+            self.todo, self.wait = sorted(missed + oom), [("PING",), self.wait[-1]]
+            return "load" if missed else "again"
         if not missed:
             self.out = [_script_reply(r) for r in self.out]
             return None

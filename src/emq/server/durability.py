@@ -221,8 +221,9 @@ class Guard:
             with scripts.translated():
                 if redo == "moved":  # the slot moved: run and wait on its new node
                     clients.relearn_slots(client)
-                else:  # a flushed cache: load, then run and wait again
-                    self._node(client, marker).script_load(step.script.source)
+                elif redo == "load":  # a flushed cache: load, then run and wait again
+                    for source in step.sources():
+                        self._node(client, marker).script_load(source)
         self._confirm(step.tail)
         return step.out
 
@@ -279,8 +280,9 @@ class Guard:
             with scripts.translated():
                 if redo == "moved":
                     await clients.arelearn_slots(client)
-                else:
-                    await (await self._anode(client, marker)).script_load(step.script.source)
+                elif redo == "load":
+                    for source in step.sources():
+                        await (await self._anode(client, marker)).script_load(source)
         self._confirm(step.tail)
         return step.out
 
