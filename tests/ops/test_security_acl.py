@@ -54,6 +54,7 @@ DIRECT = {
         "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
         "smembers", "sadd", "zrangebyscore", "get",  # emq stats, emq workers
         "zscan", "watch", "unwatch",  # emq dead-letters (emq.queue._sync.deadletters)
+        "hscan", "hdel",  # obliterate delivers the outbox before it deletes it
     },
 }  # fmt: skip
 SCRIPTS_OF = {
@@ -90,6 +91,7 @@ SCRIPTS_OF = {
         "unrepeat",
         "cancel",
         "await_result",
+        "deliver_flow",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.
