@@ -533,3 +533,23 @@ async def test_sync_handler_past_its_timeout_keeps_its_thread_slot_until_it_retu
     assert row.last_error.startswith("timeout")
     assert marks["quick"] >= marks["stubborn_returned"]
     assert w.stats.completed == 1 and w.stats.timeouts == 1
+
+
+async def test_a_payload_damaged_on_the_server_fails_its_job_not_the_worker(
+    queue: Queue, client: redis.Redis
+) -> None:
+    """A row whose payload was edited by hand into text that is not JSON used to stop the
+    worker's claim loop (WorkerFailed, a JSONDecodeError) with its batch leased. Now that one
+    job is dead, with the reason, and the others of the same claim complete."""
+    w = Worker(queue, options=WorkerOptions(burst=True, concurrency=5))
+    seen: list[Any] = []
+    w.register("x", seen.append)
+    ids = queue.enqueue_many([("x", {"i": i}) for i in range(5)])
+    client.hset(queue.core.keys.job(ids[2]), "payload", "{not json")
+    await asyncio.wait_for(w.run(), HANG)
+    assert sorted(p["i"] for p in seen) == [0, 1, 3, 4]
+    row = queue.job(ids[2])
+    assert row is not None and (row.state, row.attempts) == ("dead", 1)
+    assert row.last_error is not None and "stored payload is not JSON" in row.last_error
+    assert queue.counts()["completed"] == 4
+    assert_consistent(client, queue.name)

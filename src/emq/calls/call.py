@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from ..errors import InvalidName, InvalidOption
 from ..model.checks import check_int, shown
 from ..model.ids import check_id, minted_at_ms
-from ..model.records import Answer, Job
+from ..model.records import Answer, Job, UnreadablePayload
 from ..model.states import Location
 
 T = TypeVar("T")
@@ -81,6 +81,16 @@ def decode_payload(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def stored_payload(text: str | None) -> Any:
+    """A stored job's payload, as a claim or a read returns it: an :class:`UnreadablePayload`
+    if its text is not JSON, so one damaged row never stops a claim that leased it with
+    others, nor a listing that holds it."""
+    try:
+        return decode_payload(text)
+    except ValueError as exc:
+        return UnreadablePayload(str(text)[:200], str(exc))
+
+
 def _pairs(items: Iterable[tuple[str, int]]) -> list[Arg]:
     args: list[Arg] = []
     for job_id, token in items:
@@ -107,7 +117,7 @@ def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
         id=job_id,
         state=row.get("state", ""),
         name=row.get("name", ""),
-        payload=decode_payload(row.get("payload")),
+        payload=stored_payload(row.get("payload")),
         attempts=int(row.get("attempts", 0)),
         stalled=int(row.get("stalled", 0)),
         token=int(row.get("token", 0)),

@@ -44,7 +44,7 @@ from .call import (
     check_text,
     clean_text,
     decode_answers,
-    decode_payload,
+    stored_payload,
 )
 
 
@@ -332,7 +332,7 @@ def _decode_claimed(reply: list[Any]) -> Claims:
             attempts=int(reply[i + 2]),
             stalled=int(reply[i + 3]),
             name=reply[i + 4],
-            payload=decode_payload(reply[i + 5]),
+            payload=stored_payload(reply[i + 5]),
             deadline_ms=deadline,
             lane=reply[i + 6] or None,
             parent=reply[i + 7] or None,

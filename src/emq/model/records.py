@@ -64,6 +64,17 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class UnreadablePayload:
+    """The payload of a claimed job whose stored text is not JSON (a row edited by hand, a
+    partial restore): the worker fails the job (``bad_payload``, no retry: it cannot heal)
+    instead of calling its handler, and goes on claiming. ``text``: the start of the stored
+    text; ``why``: the decoder's message."""
+
+    text: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     """What one sweep did: ``recovered`` back to pending, ``dead`` dead-lettered, ``missing``
     ids found in ``active`` without their row (evicted or deleted by hand: dropped from the set,

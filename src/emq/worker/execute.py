@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..calls.results import encode_result
 from ..errors import InvalidPayload
 from ..model.lanes import DEFAULT_LANE, RateLimited
-from ..model.records import Answer, Claimed
+from ..model.records import Answer, Claimed, UnreadablePayload
 from ..queue._async.queue import AsyncQueue
 from .acks import AckBuffer
 from .connect import Outage
@@ -151,6 +151,10 @@ class Executor:
             if spec is None:  # it fails at once, and takes no slot
                 error = f"no handler registered for {job.claimed.name!r}"
                 self.decide(job, self.fail(job, error, "no_handler"))
+                continue
+            if isinstance(job.claimed.payload, UnreadablePayload):  # cannot heal: no retry
+                error = f"the stored payload is not JSON ({job.claimed.payload.why})"
+                self.decide(job, self.fail(job, error, "bad_payload", retry=False))
                 continue
             self.busy += 1
             live.add(job)

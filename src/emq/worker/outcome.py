@@ -43,7 +43,13 @@ ERROR_TAIL = 2_000
 Call = Callable[[], Awaitable[list[Answer]]]
 M = TypeVar("M", covariant=True)  # a member of the union
 Row = str | None  # a field of the job's row, as read back (None: not there)
-_FAILED = {"error": "failed", "permanent": "failed", "bad_result": "failed", "ok": "completed"}
+_FAILED = {
+    "error": "failed",
+    "permanent": "failed",
+    "bad_result": "failed",
+    "bad_payload": "failed",
+}
+_FAILED["ok"] = "completed"
 
 
 @dataclass(eq=False, slots=True)
@@ -132,8 +138,8 @@ class ChildComplete:
 @dataclass(frozen=True, slots=True)
 class Fail:
     """The attempt failed: retried after ``backoff`` while ``retry``, else dead. ``why``:
-    ``error``, ``permanent``, ``timeout``, ``shutdown``, ``no_handler``, ``bad_result`` or
-    ``cancelled``."""
+    ``error``, ``permanent``, ``timeout``, ``shutdown``, ``no_handler``, ``bad_result``,
+    ``bad_payload`` or ``cancelled``."""
 
     error: str
     retry: bool = True
