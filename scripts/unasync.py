@@ -50,6 +50,7 @@ NAMES = {
     "AsyncPartitionedQueue": "PartitionedQueue",
     "AsyncReads": "Reads",
     "AsyncControl": "Control",
+    "AsyncSettings": "Settings",
     "AsyncIterator": "Iterator",
     "agather": "gather",
     "run_async": "run",

@@ -58,7 +58,7 @@ DIRECT = {
     },
 }  # fmt: skip
 SCRIPTS_OF = {
-    "emq-producer": {"enqueue", "enqueue_flow", "node_lease", "await_result"},
+    "emq-producer": {"enqueue", "enqueue_flow", "node_lease", "await_result", "settings"},
     "emq-worker": {
         "claim",
         "extend",
@@ -72,6 +72,7 @@ SCRIPTS_OF = {
         "fire_repeats",
         "deliver_flow",
         "cancel",
+        "settings",
     },
     "emq-operator": {
         "redrive",
@@ -92,6 +93,7 @@ SCRIPTS_OF = {
         "cancel",
         "await_result",
         "deliver_flow",
+        "settings",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.

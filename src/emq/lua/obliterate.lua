@@ -36,7 +36,7 @@
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
 --   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
---   messages are delivered before it goes)
+--   messages are delivered before it goes), settings HASH (the queue's stored settings)
 -- Flags: allow-oom
 -- Includes: clock, flows, lanes
 local k_pending = KEYS[1]
@@ -101,7 +101,7 @@ for i = 1, #schedules do schedules[i] = prefix .. 'repeat:' .. schedules[i] end
 for i = 1, #schedules, 1000 do
   redis.call('DEL', unpack(schedules, i, math.min(i + 999, #schedules)))
 end
-redis.call('DEL', prefix .. 'repeats', prefix .. 'repeat-slots')
+redis.call('DEL', prefix .. 'repeats', prefix .. 'repeat-slots', prefix .. 'settings')
 redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
   k_events .. ':archived', k_events .. ':archiver', prefix .. 'rate', prefix .. 'lanes:ring',
   prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf', prefix .. 'outbox')

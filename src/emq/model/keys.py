@@ -81,6 +81,11 @@ class QueueKeys:
         return self._k("metrics")
 
     @property
+    def settings(self) -> str:
+        """The queue's stored settings (emq.calls.settings): name -> text."""
+        return self._k("settings")
+
+    @property
     def stalled_check(self) -> str:
         return self._k("stalled-check")
 

@@ -3,8 +3,10 @@ the batch checks made before anything is sent, lease-result checks."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -13,11 +15,21 @@ import redis
 
 from ..calls.call import Arg
 from ..calls.jobs import QueueCore
-from ..errors import ConflictInBatch, InvalidOption, InvalidPayload, JobNotFound, LeaseLost
+from ..calls.settings import REFRESH_S, conflicts, from_fields, merged
+from ..errors import (
+    ConflictInBatch,
+    InvalidOption,
+    InvalidPayload,
+    JobNotFound,
+    LeaseLost,
+    ServerOutOfMemory,
+    ServerRefused,
+)
 from ..model.config import QueueOptions
 from ..model.ids import MINT_NODES, Minter
 from ..model.records import Answer, EnqueuedId, JobSpec
 
+log = logging.getLogger("emq.queue")
 CHUNK = 1000  # jobs per enqueue script call: one indivisible step each
 WINDOW = 4  # enqueue chunks in flight at once (pipelined, or on separate connections)
 # Idempotent calls (enqueue: the ids are minted before sending; claim: it carries a request
@@ -119,6 +131,58 @@ class ShellBase:
 
             refuse_plain(type(self).__name__, name, options.partitions)
         self.core = QueueCore(name, options)
+        self._settled_at = -REFRESH_S  # when the stored settings were last read (never yet)
+        self._told: set[tuple[str, object, object]] = set()  # the differences warned of
+
+    def _adopt(self, fields: dict[str, str], asked: QueueOptions | None) -> bool:
+        """Use the stored settings ``fields`` in place of the process's own; warn once of
+        each setting ``asked`` differs in, and of each damaged field. True if the options in
+        use changed."""
+        self._settled_at = time.monotonic()
+        stored, bad = from_fields(fields)
+        for name in bad:
+            self._tell(name, "damaged", fields.get(name), "")
+        if asked is not None:
+            for name, (mine, theirs) in conflicts(asked, stored).items():
+                self._tell(name, "differs", mine, theirs)
+        effective = merged(asked or self.core.options, stored)
+        if effective == self.core.options:
+            return False
+        self.core.options = effective
+        return True
+
+    def _unread(self, exc: ServerRefused) -> None:
+        """The stored settings could not be read: an ACL without the settings key's commands
+        (NOPERM) or a server at maxmemory. The process goes on with its own options, says so
+        once, and tries again later; any other refusal (a wrong password) is raised."""
+        text = str(exc)
+        if not isinstance(exc, ServerOutOfMemory) and "NOPERM" not in text:
+            raise exc
+        self._settled_at = time.monotonic()
+        self._tell("settings", "unread", text, "")
+
+    def _tell(self, name: str, how: str, mine: object, theirs: object) -> None:
+        if (name, mine, theirs) in self._told:
+            return
+        self._told.add((name, mine, theirs))
+        queue = self.core.name
+        if how == "unread":
+            what = (
+                f"its stored settings cannot be read, so this process uses its own options "
+                f"(docs/security.md has what each role needs): {mine}"
+            )
+        elif how == "damaged":
+            what = f"its stored {name} {mine!r} cannot be read and is ignored; set it again"
+        else:
+            what = (
+                f"this process asked for {name}={mine!r}, but the queue's stored setting is "
+                f"{theirs!r}, which every process uses; change it with Queue.configure("
+                f"{name}=...) or `emq configure {queue} --{name.replace('_', '-')} ...`"
+            )
+        log.warning(
+            "queue %s: %s", queue, what,
+            extra={"emq": {"event": "settings_" + how, "queue": queue, "setting": name}},
+        )  # fmt: skip
 
     @property
     def name(self) -> str:

@@ -287,12 +287,14 @@ class Guard:
         return step.out
 
 
-async def check_queues(client: redis.asyncio.Redis, queues: Mapping[str, QueueOptions]) -> None:
+async def check_queues(
+    client: redis.asyncio.Redis, queues: Mapping[str, QueueOptions | None]
+) -> None:
     """Check the server for every queue's options before a worker starts: raises
     :class:`~emq.errors.UnsafeServer`. An unreachable server is not an error here (a worker
     rides out an outage); the queues' first calls check it then. ``client`` stays open."""
     try:
         for name, options in queues.items():
-            await Guard(options, QueueKeys(name).metrics).acheck(client)
+            await Guard(options or QueueOptions(), QueueKeys(name).metrics).acheck(client)
     except UNREACHABLE:
         log.debug("server unreachable at start: checked at the first call instead")

@@ -41,6 +41,15 @@ __all__ = ["Ack", "AckBuffer"]
 
 CHUNK = 1_000
 T = TypeVar("T")
+
+
+def keeps_completions(q: AsyncQueue) -> bool:
+    """Whether ``q``'s settings (stored with the queue, so they may change while a worker
+    runs) keep results or completed jobs: then its acks carry results."""
+    options = q.core.options
+    return bool(options.result_ttl_ms or options.keep_completed)
+
+
 REFUSED = (Answer.LOST, Answer.GONE)
 
 Report = Callable[[Ack, str], None]
@@ -62,7 +71,8 @@ class AckBuffer:
         hooks: Hooks | None = None,
         keeps_results: bool = True,
     ) -> None:
-        self._keeps = keeps_results  # False: no queue or handler keeps results (plain acks)
+        self._keeps = keeps_results  # False: no handler keeps results (plain acks, unless
+        # the queue's own settings keep results or completed jobs)
         self._outage = outage
         self._log = log
         self._report = report
@@ -126,7 +136,8 @@ class AckBuffer:
             leases = [a.lease for a in acks]
             for hook in before:
                 await hook(leases)
-        call = member.call(q, cast(Any, acks), self._keeps)  # one member: see flush
+        keeps = self._keeps or keeps_completions(q)  # the queue's stored settings may change
+        call = member.call(q, cast(Any, acks), keeps)  # one member: see flush
         answers, retried = await self._retry(member.where, call)
         for ack, answer in zip(acks, answers, strict=True):
             if answer in REFUSED:

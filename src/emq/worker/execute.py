@@ -34,7 +34,7 @@ from ..errors import InvalidPayload
 from ..model.lanes import DEFAULT_LANE, RateLimited
 from ..model.records import Answer, Claimed, UnreadablePayload
 from ..queue._async.queue import AsyncQueue
-from .acks import AckBuffer
+from .acks import AckBuffer, keeps_completions
 from .connect import Outage
 from .heartbeat import Heartbeat, Lease
 from .held import Held
@@ -87,8 +87,8 @@ class Executor:
         log: logging.Logger,
     ) -> None:
         self.handlers = handlers
-        # False when no queue and no handler keeps results: a return value is then ignored
-        # without a call per job (the plain path)
+        # False when no handler keeps results: a return value is then ignored (no encoding,
+        # the plain ack) unless its queue's stored settings keep results or completed jobs
         self.keeps_results = keeps_results
         self.concurrency = options.concurrency
         self.timeout_ms = options.timeout_ms
@@ -201,7 +201,8 @@ class Executor:
                 if job.phase is RUNNING:  # the common case, inlined: returned, decided, slot freed
                     self.busy -= 1
                     self.live.discard(job)
-                    if self.keeps_results or job.claimed.parent is not None:
+                    keep = self.keeps_results or job.claimed.parent is not None
+                    if keep or keeps_completions(job.q):
                         self.decide(job, self.completed(job, value))
                     else:
                         self.decide(job, COMPLETE)

@@ -41,13 +41,14 @@ from ..shared import (
 )
 from .control import AsyncControl
 from .reads import AsyncReads
+from .settings import AsyncSettings
 
 T = TypeVar("T")
 CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
+class AsyncQueue(AsyncControl, AsyncReads, AsyncSettings, ShellBase):
     """A queue on an asyncio redis-py client (``decode_responses=True``)."""
 
     def __init__(
@@ -61,6 +62,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
         self._mint_lock = asyncio.Lock()
         self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
         self._announced: set[str] = set()  # queue names this object put in the known queues
+        self._asked = options  # what this process opened the queue with (None: nothing)
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> AsyncQueue:
@@ -84,6 +86,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
 
     async def _run(self, call: Call[T]) -> T:
         """Send one script call (durably, when the queue asks for it) and decode its reply."""
+        await self._fresh()
         guard = self._guard
         if not guard.ok:
             await guard.acheck(self.client)
@@ -94,6 +97,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
 
     async def _run_pipelined(self, name: str, batch: durability.Calls) -> list[Any]:
         """Several calls of one script in one round trip (:func:`emq.lua.scripts.run_pipelined`)."""
+        await self._fresh()
         guard = self._guard
         if not guard.ok:
             await guard.acheck(self.client)
@@ -182,7 +186,8 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
 
     async def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
-        groups = self._groups(jobs)
+        jobs = list(jobs)
+        groups = await self._settled_groups(jobs, self._groups(jobs))  # checked, then sent
         if size := self._largest_payload(groups):
             self._refuse_oversized(size, await self._bulk_limit())
         explicit = self._fill_ids(groups, await self.new_ids(sum(1 for g in groups if not g[0])))
@@ -388,6 +393,7 @@ class AsyncQueue(AsyncControl, AsyncReads, ShellBase):
             n, done = await self._run(self.core.obliterate(chunk, force))
             total += n
             if done:
+                await self._forget_gone()  # emq stats, the dashboard and /metrics forget it
                 return total
             if n == 0:  # no job left: the outbox holds what the queue has still to tell
                 await self.deliver_outbox()

@@ -57,23 +57,25 @@ def resolve_count(client: redis.Redis, name: str, asked: int | None) -> int:
     return n
 
 
-def expand_queues(client: redis.Redis, queues: dict[str, QueueOptions]) -> dict[str, QueueOptions]:
+def expand_queues(
+    client: redis.Redis, queues: dict[str, QueueOptions | None]
+) -> dict[str, QueueOptions | None]:
     """A worker's queues with every partitioned one replaced by its partitions (in order,
     each once), and followed by the plain queue of its name when that holds live jobs now
     (left from before the split, or put there by name): then the run serves them too. A queue
     given ``QueueOptions(partitions=N)`` has N checked against (or stored as) the server's
     count; any other name is partitioned when the server says so."""
     held = stored_counts(client, queues)
-    out: dict[str, QueueOptions] = {}
+    out: dict[str, QueueOptions | None] = {}
     for name, options in queues.items():
-        asked = options.partitions if options.partitions > 1 else None
+        asked = options.partitions if options and options.partitions > 1 else None
         n = held.get(name)
         if asked is not None:
             n = resolve_count(client, name, asked)
         if n is None:
             out.setdefault(name, options)
             continue
-        plain = dataclasses.replace(options, partitions=1)
+        plain = dataclasses.replace(options, partitions=1) if options else None
         for part in partition_names(name, n):
             out.setdefault(part, plain)
         if live_jobs(client, name):

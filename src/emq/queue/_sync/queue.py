@@ -42,13 +42,14 @@ from ..shared import (
 )
 from .control import Control
 from .reads import Reads
+from .settings import Settings
 
 T = TypeVar("T")
 CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class Queue(Control, Reads, ShellBase):
+class Queue(Control, Reads, Settings, ShellBase):
     """A queue on a sync redis-py client (``decode_responses=True``)."""
 
     def __init__(
@@ -62,6 +63,7 @@ class Queue(Control, Reads, ShellBase):
         self._mint_lock = threading.Lock()
         self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
         self._announced: set[str] = set()  # queue names this object put in the known queues
+        self._asked = options  # what this process opened the queue with (None: nothing)
 
     @classmethod
     def from_url(cls, url: str, name: str, *, options: QueueOptions | None = None) -> Queue:
@@ -85,6 +87,7 @@ class Queue(Control, Reads, ShellBase):
 
     def _run(self, call: Call[T]) -> T:
         """Send one script call (durably, when the queue asks for it) and decode its reply."""
+        self._fresh()
         guard = self._guard
         if not guard.ok:
             guard.check(self.client)
@@ -95,6 +98,7 @@ class Queue(Control, Reads, ShellBase):
 
     def _run_pipelined(self, name: str, batch: durability.Calls) -> list[Any]:
         """Several calls of one script in one round trip (:func:`emq.lua.scripts.run_pipelined`)."""
+        self._fresh()
         guard = self._guard
         if not guard.ok:
             guard.check(self.client)
@@ -183,7 +187,8 @@ class Queue(Control, Reads, ShellBase):
 
     def enqueue_many(self, jobs: Iterable[JobSpec | tuple[str, Any]]) -> list[EnqueuedId]:
         """Admit many jobs in one indivisible step per 1,000 (all of a chunk or none)."""
-        groups = self._groups(jobs)
+        jobs = list(jobs)
+        groups = self._settled_groups(jobs, self._groups(jobs))  # checked, then sent
         if size := self._largest_payload(groups):
             self._refuse_oversized(size, self._bulk_limit())
         explicit = self._fill_ids(groups, self.new_ids(sum(1 for g in groups if not g[0])))
@@ -385,6 +390,7 @@ class Queue(Control, Reads, ShellBase):
             n, done = self._run(self.core.obliterate(chunk, force))
             total += n
             if done:
+                self._forget_gone()  # emq stats, the dashboard and /metrics forget it
                 return total
             if n == 0:  # no job left: the outbox holds what the queue has still to tell
                 self.deliver_outbox()

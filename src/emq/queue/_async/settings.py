@@ -1,0 +1,79 @@
+"""``AsyncSettings``: the settings stored with a queue (:mod:`emq.calls.settings`), read
+by every process that serves it, stored by the first one opened with explicit options, and
+changed for all with :meth:`AsyncSettings.configure`. Mixed into ``AsyncQueue``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio
+
+from ...calls.call import Arg
+from ...calls.jobs import QueueCore
+from ...calls.settings import REFRESH_S, check_changes, settings_call, to_fields
+from ...errors import ServerRefused
+from ...lua import scripts
+from ...model.config import QueueOptions
+from ...server import durability
+
+
+class AsyncSettings:
+    """The stored settings of one queue; mixed into ``AsyncQueue``, which provides the rest."""
+
+    client: redis.asyncio.Redis
+    core: QueueCore
+    _guard: durability.Guard
+    _asked: QueueOptions | None
+    _settled_at: float
+
+    if TYPE_CHECKING:  # provided by ShellBase (emq.queue.shared)
+
+        def _adopt(self, fields: dict[str, str], asked: QueueOptions | None) -> bool: ...
+
+        def _groups(self, jobs: Iterable[Any]) -> list[list[Arg]]: ...
+
+        def _unread(self, exc: ServerRefused) -> None: ...
+
+    async def settle(self) -> QueueOptions:
+        """Read the queue's stored settings and use them from now on (docs/control.md, Queue
+        settings); a queue that has none gets this process's, if it was opened with
+        ``options``. Every call does this by itself, at most every few seconds; returns the
+        options in use."""
+        if not self._guard.ok:  # a server this process cannot use gets nothing written
+            await self._guard.acheck(self.client)
+        fields = to_fields(self._asked) if self._asked is not None else {}
+        call = settings_call(self.core.keys, "init", fields)
+        try:
+            reply = await scripts.run_async(self.client, call.script, call.keys, call.args)
+        except ServerRefused as exc:  # an ACL without them, a full server: its own options
+            self._unread(exc)
+            return self.core.options
+        if self._adopt(call.decode(reply), self._asked):  # a new durability level, say
+            self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
+        return self.core.options
+
+    async def configure(self, **changes: Any) -> QueueOptions:
+        """Change the queue's stored settings (any of ``events_maxlen``, ``max_attempts``,
+        ``durability``, ``durability_replicas``, ``result_ttl_ms``, ``keep_completed``) for
+        every process that serves it: this one at once, the others within a few seconds.
+        Checked as ``QueueOptions`` checks them, before anything is written."""
+        call = settings_call(self.core.keys, "set", check_changes(changes))
+        reply = await scripts.run_async(self.client, call.script, call.keys, call.args)
+        if self._adopt(call.decode(reply), None):
+            self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
+        return self.core.options
+
+    async def _settled_groups(self, jobs: list[Any], groups: list[list[Arg]]) -> list[list[Arg]]:
+        """``groups`` of ``jobs``, built again if the settings read now change them (another
+        default ``max_attempts``, say)."""
+        if time.monotonic() - self._settled_at > REFRESH_S:
+            before = self.core.options
+            if await self.settle() != before:
+                return self._groups(jobs)
+        return groups
+
+    async def _fresh(self) -> None:
+        if time.monotonic() - self._settled_at > REFRESH_S:
+            await self.settle()
