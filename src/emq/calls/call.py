@@ -109,8 +109,11 @@ def decode_answers(reply: list[Any]) -> list[Answer]:
     return [_ANSWERS[x] for x in reply]
 
 
-def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
-    """A :class:`Job` from an ``HGETALL`` reply, or None if the row is gone."""
+def decode_job(
+    job_id: str, row: dict[str, str], run_at: float | None = None, deadline: float | None = None
+) -> Job | None:
+    """A :class:`Job` from an ``HGETALL`` reply and the job's ``ZSCORE`` in ``schedule``
+    (``run_at``) and in ``active`` (``deadline``), read with it; None if the row is gone."""
     if not row:
         return None
     return Job(
@@ -126,6 +129,8 @@ def decode_job(job_id: str, row: dict[str, str]) -> Job | None:
         created_at=int(row.get("created_at") or minted_at_ms(job_id)),
         last_error=row.get("last_error"),
         fields=row,
+        run_at_ms=None if run_at is None else int(run_at),
+        lease_deadline_ms=None if deadline is None else int(deadline),
     )
 
 

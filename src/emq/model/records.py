@@ -125,7 +125,10 @@ class Answer(StrEnum):
 class Job:
     """A snapshot of a job's row. ``attempts``, ``stalled`` and ``token`` are 0 until the
     first claim (the row stores them from then on); ``created_at`` is the server-clock ms at
-    which the job's id was minted (the row does not store it)."""
+    which the job's id was minted (the row does not store it). ``run_at_ms``: when a job in
+    the schedule (a delayed enqueue, a retry in its backoff) is due, its score there;
+    ``lease_deadline_ms``: when an active job's lease lapses, its score in ``active``; both
+    server-clock ms, read at the same instant as the row, None when the job is not there."""
 
     id: str
     state: str
@@ -139,6 +142,8 @@ class Job:
     created_at: int
     last_error: str | None
     fields: dict[str, str]
+    run_at_ms: int | None = None
+    lease_deadline_ms: int | None = None
 
     @property
     def lane(self) -> str | None:
@@ -149,6 +154,19 @@ class Job:
     def lifo(self) -> bool:
         """True for a job enqueued with ``lifo=True``."""
         return self.fields.get("lifo") == "1"
+
+    @property
+    def claimed_at(self) -> int | None:
+        """When its latest attempt was claimed (server ms), read from its token, which the
+        claim derives from the server clock in us (later only if that clock stepped back);
+        None before its first claim."""
+        return self.token // 1000 if self.token else None
+
+    @property
+    def died_at(self) -> int | None:
+        """When a dead job died (server ms); None for any other job."""
+        at = self.fields.get("died_at")
+        return None if at is None else int(at)
 
     @property
     def progress(self) -> Any:

@@ -69,11 +69,21 @@ class AsyncReads:
         return cast(Limits, (await self._run(self.core.lanes(leased=False)))[0])
 
     async def job(self, job_id: str) -> Job | None:
-        """A snapshot of the job's row, or None if it has none (completed, removed)."""
-        key = self.core.keys.job(check_id(job_id))
+        """A snapshot of the job's row, with its run-at or lease deadline (read in the same
+        MULTI), or None if it has none (completed, removed)."""
+        check_id(job_id)
         with scripts.translated():
-            row = cast(dict[str, str], await self.client.hgetall(key))
-        return decode_job(job_id, row)
+            async with self.client.pipeline(transaction=True) as p:
+                self._read_job(p, job_id)
+                row, run_at, deadline = await p.execute()
+        return decode_job(job_id, row, run_at, deadline)
+
+    def _read_job(self, p: Any, job_id: str) -> None:
+        """Queue the reads of one job on ``p``: its row, its scores in schedule and active."""
+        k = self.core.keys
+        p.hgetall(k.job(job_id))
+        p.zscore(k.schedule, job_id)
+        p.zscore(k.active, job_id)
 
     async def jobs(
         self, location: str, offset: int = 0, limit: int = 100, *, lane: str | None = None
@@ -96,9 +106,10 @@ class AsyncReads:
                 ids = ids if want else ids[offset:]
             async with self.client.pipeline(transaction=True) as p:
                 for job_id in ids:
-                    p.hgetall(self.core.keys.job(job_id))
-                rows = await p.execute()
-        found = [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
+                    self._read_job(p, job_id)
+                got = await p.execute()
+        reads = zip(ids, got[::3], got[1::3], got[2::3], strict=True)
+        found = [j for i, r, at, dl in reads if (j := decode_job(i, r, at, dl))]
         if want is not None and key != self.core.keys.pending:
             found = [j for j in found if (j.lane or DEFAULT_LANE) == want][offset:]
         return found[:limit]

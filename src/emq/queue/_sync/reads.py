@@ -70,11 +70,21 @@ class Reads:
         return cast(Limits, (self._run(self.core.lanes(leased=False)))[0])
 
     def job(self, job_id: str) -> Job | None:
-        """A snapshot of the job's row, or None if it has none (completed, removed)."""
-        key = self.core.keys.job(check_id(job_id))
+        """A snapshot of the job's row, with its run-at or lease deadline (read in the same
+        MULTI), or None if it has none (completed, removed)."""
+        check_id(job_id)
         with scripts.translated():
-            row = cast(dict[str, str], self.client.hgetall(key))
-        return decode_job(job_id, row)
+            with self.client.pipeline(transaction=True) as p:
+                self._read_job(p, job_id)
+                row, run_at, deadline = p.execute()
+        return decode_job(job_id, row, run_at, deadline)
+
+    def _read_job(self, p: Any, job_id: str) -> None:
+        """Queue the reads of one job on ``p``: its row, its scores in schedule and active."""
+        k = self.core.keys
+        p.hgetall(k.job(job_id))
+        p.zscore(k.schedule, job_id)
+        p.zscore(k.active, job_id)
 
     def jobs(
         self, location: str, offset: int = 0, limit: int = 100, *, lane: str | None = None
@@ -97,9 +107,10 @@ class Reads:
                 ids = ids if want else ids[offset:]
             with self.client.pipeline(transaction=True) as p:
                 for job_id in ids:
-                    p.hgetall(self.core.keys.job(job_id))
-                rows = p.execute()
-        found = [j for i, r in zip(ids, rows, strict=True) if (j := decode_job(i, r))]
+                    self._read_job(p, job_id)
+                got = p.execute()
+        reads = zip(ids, got[::3], got[1::3], got[2::3], strict=True)
+        found = [j for i, r, at, dl in reads if (j := decode_job(i, r, at, dl))]
         if want is not None and key != self.core.keys.pending:
             found = [j for j in found if (j.lane or DEFAULT_LANE) == want][offset:]
         return found[:limit]
