@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +32,13 @@ from .common import (
     url_option,
 )
 from .lanes import stats_limits
+from .times import relative, when
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from ..queue._sync.partitions import PartitionedQueue
+    from ..queue._sync.queue import Queue
 
 # `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
 LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in Location} | {
@@ -47,12 +52,44 @@ def _job_dict(job: Job) -> dict[str, Any]:
     return d
 
 
-def _jobs_table(title: str, jobs: list[Job]) -> Table:
-    t = table(title, "id", "name", "state", "attempts", "stalled", "last_error")
+# the time a listing of a state shows beside each job's age: its header, the job's time
+DUE: dict[str, tuple[str, Callable[[Job], int | None]]] = {
+    "scheduled": ("runs at", lambda j: j.run_at_ms),
+    "active": ("lease ends", lambda j: j.lease_deadline_ms),
+    "dead": ("died", lambda j: j.died_at),
+    "completed": ("completed", lambda j: j.completed_at),
+}
+
+
+def server_now(q: Queue | PartitionedQueue) -> int:
+    """The server's clock, ms: every time a job shows is on it."""
+    seconds, micros = q.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _jobs_table(title: str, state: str, jobs: list[Job], now: int) -> Table:
+    due = DUE.get(state)
+    heads = ["id", "name", "state", "attempts", "stalled", "created", *(due[:1] if due else ())]
+    t = table(title, *heads, "last_error")
     t.columns[0].no_wrap = True  # an id is copied whole: the other columns give way first
     for j in jobs:
-        row(t, j.id, j.name, j.state, j.attempts, j.stalled, one_line(j.last_error or ""))
+        at = [when(due[1](j), now)] if due else []
+        row(t, j.id, j.name, j.state, j.attempts, j.stalled, relative(j.created_at, now), *at,
+            one_line(j.last_error or ""))  # fmt: skip
     return t
+
+
+def _job_times(job: Job) -> list[tuple[str, int | None]]:
+    """What ``emq job`` shows of a job's times, in its life's order (None: not applicable)."""
+    return [
+        ("created", job.created_at),
+        ("runs at", job.run_at_ms),
+        ("claimed", job.claimed_at),
+        ("lease ends", job.lease_deadline_ms),
+        ("progress at", job.progress_at),
+        ("completed", job.completed_at),
+        ("died", job.died_at),
+    ]
 
 
 def read_payload(arg: str) -> Any:
@@ -198,11 +235,12 @@ def jobs(
     where = LOCATIONS.get(location)
     with open_routed(url, queue) as q:
         found = q.jobs(where.value if where else location, offset, limit)
+        now = 0 if as_json else server_now(q)
     if as_json:
         emit_json({"jobs": [_job_dict(j) for j in found]})
     else:
         state = STATE_OF_LOCATION[where].value if where else location
-        show(_jobs_table(f"{queue} / {state}", found))
+        show(_jobs_table(f"{queue} / {state}", state, found, now))
 
 
 @click.command()
@@ -211,9 +249,10 @@ def jobs(
 @url_option
 @json_option
 def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
-    """Show one job's row."""
+    """Show one job: its id, state and times (server clock, UTC), then its row."""
     with open_routed(url, queue) as q:
         found = q.job(job_id)
+        now = 0 if as_json or found is None else server_now(q)
     if found is None:
         if as_json:
             emit_json({"id": job_id, "found": False})
@@ -222,9 +261,15 @@ def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
         raise SystemExit(1)
     if as_json:
         emit_json(_job_dict(found))
-    else:
-        for k, v in sorted(found.fields.items()):
-            say((k, "bold"), ": ", v)
+        return
+    say(("id", "bold"), ": ", found.id)
+    say(("state", "bold"), ": ", found.state)
+    for label, ms in _job_times(found):
+        if ms is not None:
+            say((label, "bold"), ": ", when(ms, now))
+    say(("row", "bold"), ":")
+    for k, v in sorted(found.fields.items()):
+        say("  ", (k, "bold"), ": ", v)
 
 
 @click.command()
@@ -246,7 +291,7 @@ def dead(
             if as_json:
                 emit_json({"jobs": [_job_dict(j) for j in found]})
             else:
-                show(_jobs_table(f"{queue} / dead", found))
+                show(_jobs_table(f"{queue} / dead", "dead", found, server_now(q)))
             return
         if action == "redrive":
             n = (
