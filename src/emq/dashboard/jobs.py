@@ -1,9 +1,10 @@
 """A job's page and the actions on a job (docs/dashboard.md, Job).
 
-- ``GET /queues/{queue}/jobs/{job_id}``: the job's row, payload, error and result; its
-  timeline (``history()``: the archive floor and the live tail, or the live tail only when
-  the floor is not here, saying why); its flow parent and children; the actions its state
-  allows (:data:`JOB_ACTIONS`).
+- ``GET /queues/{queue}/jobs/{job_id}``: the job's row (its times on the server's clock,
+  each with how long ago or how soon: created, runs at, claimed, lease ends, completed,
+  died), payload, error and result; its timeline (``history()``: the archive floor and the
+  live tail, or the live tail only when the floor is not here, saying why); its flow parent
+  and children; the actions its state allows (:data:`JOB_ACTIONS`).
 - ``POST /queues/{queue}/jobs/{job_id}/redrive|cancel|promote|remove``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
   without the session's CSRF token), then a 303 back to the job's page with a flash message
@@ -51,6 +52,12 @@ async def _timeline(request: Request, q: AsyncQueue, job_id: str) -> tuple[list[
         return [e async for e in q.events() if e.job == job_id], str(exc)
 
 
+async def server_ms(q: AsyncQueue) -> int:
+    """The server's clock (ms): a page shows every time of a job on it, ``now_ms`` too."""
+    seconds, micros = await q.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 async def job_page(request: Request) -> Response:
     name = request.path_params["queue"]
     q = dash(request).queue(name)
@@ -58,8 +65,8 @@ async def job_page(request: Request) -> Response:
         job_id = check_id(request.path_params["job_id"])
     except InvalidInput:
         raise HTTPException(404, "no such job") from None
-    job, (timeline, note), children = await asyncio.gather(
-        q.job(job_id), _timeline(request, q, job_id), q.children(job_id)
+    job, (timeline, note), children, now_ms = await asyncio.gather(
+        q.job(job_id), _timeline(request, q, job_id), q.children(job_id), server_ms(q)
     )
     if job is None and not timeline:
         raise HTTPException(404, "no such job")
@@ -72,6 +79,7 @@ async def job_page(request: Request) -> Response:
         "actions": JOB_ACTIONS.get(job.state, ()) if job else (),
         "parent": _parent_link(job, name),
         "children": children,
+        "now_ms": now_ms,
     }
     return render(request, "job.html", context)
 

@@ -2,7 +2,8 @@
 
 - ``GET /queues/{queue}?location=pending&page=1``: its counts (live), limits, lanes and
   repeating jobs, and the jobs of one location, :data:`PAGE_SIZE` a page (at most
-  :data:`MAX_PAGE` pages).
+  :data:`MAX_PAGE` pages), with when each was created and, by location, when it runs, its
+  lease ends, it died or it completed (server clock, and how long ago or how soon).
 - ``POST /queues/{queue}/pause|resume|drain``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
   without the session's CSRF token), then a 303 back to the queue's page with a flash
@@ -19,6 +20,7 @@ from starlette.responses import Response
 
 from ..errors import EmqError
 from ..model.lanes import DEFAULT_LANE
+from .jobs import server_ms
 from .live import SHOWN
 from .web import action_form, dash, done, render
 
@@ -51,6 +53,7 @@ async def queue_page(request: Request) -> Response:
         q.jobs(location, offset, PAGE_SIZE + 1),
         q.repeats(),
     )
+    now_ms = await server_ms(q)  # the jobs' times are shown as ages from it
     context = {
         "queue": name,
         "counts": counts,
@@ -64,6 +67,7 @@ async def queue_page(request: Request) -> Response:
         "has_next": len(jobs) > PAGE_SIZE,
         "repeats": repeats,
         "shown": SHOWN,
+        "now_ms": now_ms,
     }
     return render(request, "queue.html", context)
 

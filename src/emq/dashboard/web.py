@@ -126,6 +126,17 @@ def age(ms: Any) -> str:
     return f"{h}h {m:02d}m" if h < 48 else f"{h // 24}d {h % 24:02d}h"
 
 
+def since(ms: Any, now_ms: int) -> str:
+    """A server-clock time seen from ``now_ms`` (the server's clock when the page was read):
+    ``in 4m 05s``, ``4m 05s ago`` or ``now`` (within a second); ``""`` when unknown."""
+    if ms in (None, ""):
+        return ""
+    delta = int(ms) - now_ms
+    if abs(delta) < 1000:
+        return "now"
+    return f"in {age(delta)}" if delta > 0 else f"{age(-delta)} ago"
+
+
 def pretty(value: Any) -> str:
     """A decoded value (payload, result, progress) as indented JSON text (the template
     escapes it)."""
@@ -142,7 +153,9 @@ def pretty_text(text: Any) -> str:
 
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
-    env.filters.update(ms_time=_ms_time, age=age, pretty=pretty, pretty_text=pretty_text)
+    env.filters.update(
+        ms_time=_ms_time, age=age, since=since, pretty=pretty, pretty_text=pretty_text
+    )
     env.filters["urlpart"] = lambda s: quote(s, "")
     return env
 
