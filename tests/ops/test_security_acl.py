@@ -51,7 +51,7 @@ DIRECT = {
     },
     "emq-operator": {
         "evalsha", "script|load", "info", "multi", "exec", "zcard", "hmget", "zrange",
-        "hgetall", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
+        "hgetall", "zscore", "hget", "xrange", "xrevrange", "xread", "blpop", "hlen",
         "smembers", "sadd", "zrangebyscore", "get",  # emq stats, emq workers
         "zscan", "watch", "unwatch",  # emq dead-letters (emq.queue._sync.deadletters)
         "hscan", "hdel",  # obliterate delivers the outbox before it deletes it
