@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drain": ("queues", "Delete every waiting job (pending and scheduled) of QUEUE."),
     "enqueue": ("queues", "Enqueue job NAME with a JSON PAYLOAD on QUEUE."),
     "events": ("archive", "Read a queue's event stream."),
+    "forget": (
+        "delete",
+        "Remove QUEUE from the known queues (emq stats, the dashboard, /metrics); refused for a "
+        "queue that still has jobs, events, counters or settings (obliterate it first).",
+    ),
     "flow": (
         "flow",
         "Show the flow tree of job ID on QUEUE: each job's state, and its children's.",
@@ -67,10 +72,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Prometheus metrics of the queues: counts per location, lifetime counters, oldest "
         "waiting job's age, paused (docs/observability.md).",
     ),
+    "obliterate": (
+        "delete",
+        "Delete QUEUE: every job in every state, its events, counters, limits and schedules, "
+        "then forget its name (emq stats, the dashboard and /metrics stop listing it).",
+    ),
     "pause": ("queues", "Stop claims on QUEUE, or of one --lane (checked inside the claim)."),
     "race": (
         "race",
         "The race lab: emq's one-script stalled recovery against the naive round-trip loop.",
+    ),
+    "remove": (
+        "delete",
+        "Delete job ID of QUEUE wherever it is (waiting, scheduled, leased, dead or a kept "
+        "completed job); an unknown id is one error line, exit 2.",
     ),
     "repeat": ("repeat", "QUEUE's repeating jobs and cron schedules: list, add, remove."),
     "result": (

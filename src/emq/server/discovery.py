@@ -12,8 +12,11 @@ refuses the ``SCAN`` (an operator scoped to some queues) gets the set's names; o
 write scans again on each listing.
 
 Guarantee: every queue that a producer of this emq enqueued into, or a worker of this emq
-served, is listed (once its write landed); the set only grows (``obliterate`` leaves the name:
-a queue with no keys lists with zero counts).
+served, is listed (once its write landed), until it is forgotten: ``Queue.obliterate`` forgets
+its name once the queue's keys are gone, and ``Queue.forget()`` (``emq forget``) forgets a
+name that has none; neither forgets a queue that still holds a job, its events, its counters
+or its settings (:func:`has_keys`). A worker that still serves a forgotten queue adds it back
+on its next beat, and a producer on its next ``Queue`` object's first enqueue.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Iterable
 import redis
 import redis.asyncio
 
-from ..model.keys import KNOWN_QUEUES, QUEUE_NAME
+from ..model.keys import KNOWN_QUEUES, QUEUE_NAME, QueueKeys
 
 SCANNED = "*"
 """The member that says the one-time scan for older queues is done (never a queue name)."""
@@ -101,3 +104,31 @@ async def _abackfill(client: redis.asyncio.Redis) -> set[str]:
     except redis.ResponseError:
         pass
     return found
+
+
+def state_keys(name: str) -> list[str]:
+    """The keys that hold what a queue is (its jobs' sets, events, counters, flags and limits,
+    flow messages, repeating schedules): while one exists, the queue is not forgotten. A
+    claim's stored reply (``claim:<request>``, at most 60 s) and a ``done:<id>`` list of
+    ``result()`` waiters (60 s) are not among them: they expire on their own."""
+    k = QueueKeys.of(name)
+    sets = [k.pending, k.active, k.schedule, k.dead, k.location("waiting"), k.completed]
+    return [*sets, k.events, k.meta, k.metrics, k.outbox, k.repeats]
+
+
+def has_keys(client: redis.Redis, name: str) -> bool:
+    """Whether queue ``name`` holds any of its :func:`state_keys` (one ``EXISTS``)."""
+    return bool(client.exists(*state_keys(name)))
+
+
+async def ahas_keys(client: redis.asyncio.Redis, name: str) -> bool:
+    return bool(await client.exists(*state_keys(name)))
+
+
+def is_known(client: redis.Redis, name: str) -> bool:
+    """Whether ``name`` is among the known queues (``SISMEMBER``)."""
+    return bool(client.sismember(KNOWN_QUEUES, name))
+
+
+async def ais_known(client: redis.asyncio.Redis, name: str) -> bool:
+    return bool(await client.sismember(KNOWN_QUEUES, name))

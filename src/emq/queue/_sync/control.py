@@ -28,9 +28,10 @@ from ...errors import EmqError, InvalidOption, JobNotFound, ResultTimeout
 from ...lua import scripts
 from ...model.checks import shown
 from ...model.ids import check_id
+from ...model.keys import KNOWN_QUEUES
 from ...model.records import Answer, JobSpec
 from ...observe import otel
-from ...server import durability
+from ...server import discovery, durability
 from ..shared import BULK_FLOOR, ShellBase, expect
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Control:
     client: redis.Redis
     core: QueueCore
     _guard: durability.Guard
+    _announced: set[str]
 
     def _run(self, call: Call[Any]) -> Any:  # provided by Queue
         raise NotImplementedError
@@ -57,6 +59,30 @@ class Control:
 
     def _announce(self, names: Iterable[str]) -> None:  # provided by Queue
         raise NotImplementedError
+
+    # -- the known queues (emq.server.discovery) ---------------------------------------------
+
+    def forget(self) -> bool:
+        """Remove the queue's name from the known queues (``emq stats``, the dashboard,
+        ``/metrics``) unless the queue still has keys (:func:`emq.server.discovery.has_keys`);
+        True if it was forgotten. The keys are read again after the removal and the name is
+        put back if an enqueue landed in between: a queue with keys is never left unlisted.
+        ``obliterate`` does this by itself once the queue is gone."""
+        name, keys = self.core.keys.queue, discovery.state_keys(self.core.keys.queue)
+        if self.client.exists(*keys):
+            return False
+        self.client.srem(KNOWN_QUEUES, name)
+        self._announced.discard(name)  # this object's next enqueue lists it again
+        if self.client.exists(*keys):
+            self.client.sadd(KNOWN_QUEUES, name)
+            return False
+        return True
+
+    def _forget_gone(self) -> None:
+        """:meth:`forget` after ``obliterate``, best effort: a user whose ACL lacks
+        ``{emq}:queues`` (or a server gone meanwhile) leaves the name listed, with no keys."""
+        with contextlib.suppress(redis.RedisError, OSError):
+            self.forget()
 
     # -- flows (emq.calls.flows) -----------------------------------------------------------------
 
