@@ -7,22 +7,65 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlparse, urlsplit
+from urllib.parse import ParseResult, parse_qs, parse_qsl, unquote, urlparse, urlsplit
 
 from ..errors import InvalidUrl
 
 URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys")
-_PASSWORD_QUERY = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*", re.IGNORECASE)
+_PASSWORD_QUERY = re.compile(r"([?&](?:sentinel_|ssl_)?password=)[^&#]*", re.IGNORECASE)
+_DB_PATH = re.compile(r"(/([0-9]+)?/?)?")
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # any other text may be a misplaced password
+_TRUE, _FALSE = ("1", "true", "yes", "y", "t"), ("0", "false", "no", "n", "f")
+QUERY_OPTIONS: dict[str, str] = {
+    "cluster": "text",  # emq's own switch: its value is checked by emq.server.clients
+    "db": "count",
+    "socket_timeout": "seconds",
+    "socket_connect_timeout": "seconds",
+    "socket_keepalive": "flag",
+    "socket_read_size": "positive",
+    "retry_on_timeout": "flag",
+    "max_connections": "positive",
+    "health_check_interval": "count",
+    "client_name": "text",
+    "username": "text",
+    "password": "text",
+}
+"""The query options a ``redis://``, ``rediss://`` or ``unix://`` URL may carry (redis-py reads
+them), each with the kind of value it takes; ``rediss://`` also takes :data:`TLS_OPTIONS`."""
+TLS_OPTIONS: dict[str, str] = {
+    "ssl_ca_certs": "text",
+    "ssl_ca_path": "text",
+    "ssl_ca_data": "text",
+    "ssl_certfile": "text",
+    "ssl_keyfile": "text",
+    "ssl_password": "text",
+    "ssl_cert_reqs": "reqs",
+    "ssl_check_hostname": "flag",
+    "ssl_ciphers": "text",
+    "ssl_min_version": "positive",
+    "ssl_include_verify_flags": "verify",
+    "ssl_exclude_verify_flags": "verify",
+}
+_VERIFY = ("VERIFY_ALLOW_PROXY_CERTS", "VERIFY_CRL_CHECK_LEAF", "VERIFY_X509_PARTIAL_CHAIN",
+           "VERIFY_X509_STRICT", "VERIFY_X509_TRUSTED_FIRST")  # fmt: skip
+_EXPECTED = {
+    "count": "an integer, 0 or more",
+    "positive": "an integer, 1 or more",
+    "seconds": "a number of seconds above 0, e.g. 2.5",
+    "flag": "yes or no (true/false, 1/0)",
+    "reqs": "required, optional or none",
+    "verify": "a comma list of " + ", ".join(_VERIFY),
+}
 _LOOSE_USERINFO = re.compile(r"(://[^:/?#@]*:).*@")  # through the last "@": over-masks, never leaks
 
 
 def redact_url(url: str) -> str:
     """``url`` with its password replaced by ``***``: the one in the user-info part
     (``redis://user:secret@host`` -> ``redis://user:***@host``) and a ``password=`` query
-    (and ``sentinel_password=``) argument. Scheme, user, host, port, db and the other query
-    arguments are kept. Never raises and never returns the password, even for a URL that
-    :func:`check_url` refuses (a password with an unescaped ``/``, ``?`` or ``#``: then
-    everything up to the last ``@`` is masked)."""
+    (and ``sentinel_password=``, ``ssl_password=``) argument. Scheme, user, host, port, db
+    and the other query arguments are kept. Never raises and never returns the password,
+    even for a URL that :func:`check_url` refuses (a password with an unescaped ``/``, ``?``
+    or ``#``: then everything up to the last ``@`` is masked)."""
     if not isinstance(url, str):
         return "<not a string>"
     try:
@@ -64,6 +107,7 @@ def check_url(url: str) -> str:
     if parsed.scheme == "unix":
         if not parsed.path:
             raise InvalidUrl(f"unix URL {shown!r} has no socket path; e.g. unix:///tmp/valkey.sock")
+        _check_query(parsed, shown)
         return url
     try:
         port = parsed.port
@@ -75,16 +119,70 @@ def check_url(url: str) -> str:
         raise InvalidUrl(f"server URL {shown!r} has no host; e.g. redis://127.0.0.1:6379/0")
     if port is not None and not 0 < port < 65536:
         raise InvalidUrl(f"server URL {shown!r} has port {port} outside 1-65535")
+    if not _DB_PATH.fullmatch(parsed.path):  # its text may be a misplaced password: not echoed
+        raise InvalidUrl(
+            f"server URL {shown!r}: after the host only a database number may follow "
+            "(redis://host:6379/0)"
+        )
+    _check_query(parsed, shown)
     if parsed.scheme.startswith("valkey"):
         url = "redis" + url[len("valkey") :]
     return url
 
+
+def _check_query(parsed: ParseResult, shown: str) -> None:
+    """Refuse a query option redis-py would pass on as an argument nobody takes (a
+    ``TypeError`` deep in redis-py), or read wrong (a timeout ``abc``, a db ``x`` taken as 0).
+    Only the option's name is named, never its value (it may be a misplaced password)."""
+    tls = parsed.scheme in ("rediss", "valkeys")
+    allowed = QUERY_OPTIONS | (TLS_OPTIONS if tls else {})
+    if parsed.scheme == "unix":
+        allowed = {k: v for k, v in allowed.items() if k != "socket_keepalive"}
+    seen: set[str] = set()
+    for name, value in parse_qsl(parsed.query, keep_blank_values=True):
+        if name not in allowed:
+            if name in TLS_OPTIONS:
+                hint = "it is a TLS option: use a rediss:// (or valkeys://) URL"
+            else:
+                hint = f"emq takes {', '.join(sorted(allowed))}"
+            named = repr(name) if _OPTION_NAME.fullmatch(name) else "(not shown: not a name)"
+            raise InvalidUrl(f"server URL {shown!r} has an unknown query option {named}; {hint}")
+        if name in seen:
+            raise InvalidUrl(f"server URL {shown!r} gives the query option {name!r} twice")
+        seen.add(name)
+        kind = allowed[name]
+        if not _valid(kind, value):
+            raise InvalidUrl(
+                f"server URL {shown!r} has a bad value for {name!r}: expected "
+                + _EXPECTED.get(kind, "some text")
+            )
+
+
+def _valid(kind: str, value: str) -> bool:
+    if kind == "text":
+        return True  # blank too: redis-py skips an option with no value
+    if not value:
+        return False
+    if kind in ("count", "positive"):
+        return value.isascii() and value.isdigit() and (kind == "count" or int(value) > 0)
+    if kind == "seconds":
+        try:
+            return 0 < float(value) < float("inf")
+        except ValueError:
+            return False
+    if kind == "verify":
+        return all(f.strip() in _VERIFY for f in value.strip("[]").split(","))
+    low = value.lower()
+    if kind == "flag":
+        return low in _TRUE or low in _FALSE
+    return value in ("required", "optional", "none")  # reqs: redis-py's exact words
 
 
 SENTINEL_SCHEMES = ("redis+sentinel", "valkey+sentinel")
 DEFAULT_PORT = 26379
 EXAMPLE = "redis+sentinel://:password@127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
 QUERY_ARGS = ("sentinel_password", "sentinel_username")
+
 
 @dataclass(frozen=True, slots=True)
 class SentinelUrl:
@@ -191,5 +289,3 @@ def check_sentinel_url(url: str) -> str:
     if url.startswith("valkey+"):
         url = "redis+" + url[len("valkey+") :]
     return url
-
-
