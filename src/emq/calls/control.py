@@ -133,7 +133,7 @@ def encode_progress(value: Any) -> str:
     """A progress value's JSON text (at most :data:`PROGRESS_MAX_BYTES`), or
     :class:`~emq.errors.InvalidPayload` saying what to fix."""
     try:
-        return encode_payload(value, PROGRESS_MAX_BYTES)
+        return encode_payload(value, PROGRESS_MAX_BYTES, any_keys=True)
     except InvalidPayload as exc:
         message = str(exc).replace("payload", "progress value", 1)
         message = message.replace("raise QueueOptions.max_payload_bytes or ", "report less: ")

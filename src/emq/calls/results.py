@@ -37,9 +37,10 @@ NOT_KEPT = (
 
 def encode_result(value: Any, limit: int) -> str:
     """A handler's return value as JSON text, or :class:`InvalidPayload` saying what to fix
-    (the same rules as a payload's, :func:`emq.model.payloads.encode_payload`)."""
+    (a payload's rules, :func:`emq.model.payloads.encode_payload`, except that a dict key may
+    be a number, a bool or None, written as a string, unless two collide)."""
     try:
-        return encode_payload(value, limit)
+        return encode_payload(value, limit, any_keys=True)
     except InvalidPayload as exc:
         message = str(exc).replace("payload", "result", 1).replace("a result", "the result")
         raise InvalidPayload(f"the handler's return value is not kept: {message}") from None

@@ -1,11 +1,12 @@
 """Payloads as JSON text: what an enqueue accepts, refused before anything is sent.
 
 A payload is accepted only if a worker gets back exactly what was given (up to JSON's own
-conversions: tuples become lists, non-string keys become strings):
+conversion of tuples into lists):
 
 - it is JSON-serialisable, with no NaN or infinity, and its text is valid Unicode;
-- no dict in it loses a key in JSON form (``{1: 'a', '1': 'b'}`` would come back as
-  ``{'1': 'b'}``);
+- every key of every dict in it is a string (``{1: 'a'}`` would come back as ``{'1': 'a'}``);
+  a handler's result and a progress value (``any_keys=True``) may have other keys, as long as
+  none is lost in JSON form (``{1: 'a', '1': 'b'}`` would come back as ``{'1': 'b'}``);
 - it nests at most :data:`MAX_DEPTH` lists and dicts deep, so any worker can decode it (Python's
   decoder recurses per level: a payload that can be written but not read would fail every claim
   that takes it);
@@ -33,8 +34,9 @@ _MAYBE_NON_STR_KEY = re.compile(r'"(?:[-0-9][^"]*|true|false|null)":')
 _CONTAINERS = (dict, list, tuple)
 
 
-def encode_payload(payload: Any, limit: int) -> str:
-    """The payload's JSON text, or :class:`InvalidPayload` saying what to fix."""
+def encode_payload(payload: Any, limit: int, *, any_keys: bool = False) -> str:
+    """The payload's JSON text, or :class:`InvalidPayload` saying what to fix. ``any_keys``:
+    a dict key may be a number, a bool or None (written as a string) unless two collide."""
     try:
         text = _dumps(payload)
     except (TypeError, ValueError) as exc:
@@ -49,11 +51,11 @@ def encode_payload(payload: Any, limit: int) -> str:
         try:
             "".join(payload)  # TypeError unless every key is a str
         except TypeError:
-            _refuse_bad_shape(payload)
+            _refuse_bad_shape(payload, any_keys)
         if len(text) > 2 * MAX_DEPTH and text.count("[") >= MAX_DEPTH:
-            _refuse_bad_shape(payload)
+            _refuse_bad_shape(payload, any_keys)
     elif cls is not str and isinstance(payload, _CONTAINERS):
-        _check_shape(payload, text)
+        _check_shape(payload, text, any_keys)
     if text.isascii():
         size = len(text)
     else:
@@ -71,9 +73,10 @@ def encode_payload(payload: Any, limit: int) -> str:
     return text
 
 
-def _check_shape(payload: Any, text: str) -> None:
-    """Refuse key collisions and over-deep nesting; the exact walk runs only when cheap scans
-    of ``text`` cannot rule them out (a '{' or '[' inside a string only makes them cautious)."""
+def _check_shape(payload: Any, text: str, any_keys: bool) -> None:
+    """Refuse keys that are not strings (or, with ``any_keys``, collide) and over-deep nesting;
+    the exact walk runs only when cheap scans of ``text`` cannot rule them out (a '{' or '['
+    inside a string only makes them cautious)."""
     dicts = text.count("{")
     if dicts == 0:
         keys_ok = True
@@ -87,16 +90,16 @@ def _check_shape(payload: Any, text: str) -> None:
         keys_ok = _MAYBE_NON_STR_KEY.search(text) is None
     if keys_ok and (len(text) <= 2 * MAX_DEPTH or dicts + text.count("[") <= MAX_DEPTH):
         return
-    _refuse_bad_shape(payload)
+    _refuse_bad_shape(payload, any_keys)
 
 
-def _refuse_bad_shape(payload: Any) -> None:
-    problem = shape_problem(payload)
+def _refuse_bad_shape(payload: Any, any_keys: bool) -> None:
+    problem = shape_problem(payload, any_keys=any_keys)
     if problem:
         raise InvalidPayload(problem)
 
 
-def shape_problem(payload: Any) -> str | None:
+def shape_problem(payload: Any, *, any_keys: bool = False) -> str | None:
     """The exact check: what is wrong with the payload's shape, or None. Iterative, so any
     depth is walked without recursion."""
     stack: list[tuple[Any, int, tuple[Any, ...]]] = [(payload, 1, ())]
@@ -109,8 +112,8 @@ def shape_problem(payload: Any) -> str | None:
             )
         if isinstance(obj, dict):
             items = list(dict.items(obj))
-            if not all(k.__class__ is str for k, _ in items):
-                lost = _lost_key(items)
+            if not all(isinstance(k, str) for k, _ in items):
+                lost = _lost_key(items) if any_keys else _not_a_string(items)
                 if lost:
                     return f"payload at {_where(path)}: {lost}"
         else:
@@ -121,10 +124,23 @@ def shape_problem(payload: Any) -> str | None:
     return None
 
 
+def _json_key(key: Any) -> str:
+    """The string JSON writes for a dict key."""
+    return key if isinstance(key, str) else str(next(iter(json.loads(_dumps({key: 0})))))
+
+
+def _not_a_string(items: list[tuple[Any, Any]]) -> str:
+    key = next(k for k, _ in items if not isinstance(k, str))
+    return (
+        f"key {key!r} ({type(key).__name__}) is not a string; JSON object keys are strings, so "
+        f"it would come back as {_json_key(key)!r}: use string keys"
+    )
+
+
 def _lost_key(items: list[tuple[Any, Any]]) -> str | None:
     seen: dict[str, Any] = {}
     for key, _ in items:
-        name = key if key.__class__ is str else next(iter(json.loads(_dumps({key: 0}))))
+        name = _json_key(key)
         if name in seen:
             return (
                 f"keys {seen[name]!r} and {key!r} both become the JSON key {name!r}, so one "
