@@ -10,7 +10,7 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] lane       string  the lane to pause; '' = the whole queue
--- Returns: 1 if it was running, 0 if it was already paused
+-- Returns: 1 if it was running, 0 if it was already paused (then no event is appended)
 -- Errors: none
 -- Derives: lanes:conf HASH, lanes:ring ZSET, lane:default:active SET (when lane mode turns
 --   on), events:archived STRING (read only)
@@ -25,19 +25,17 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 if lane == '' then
-  local changed = 1
-  if redis.call('HGET', k_meta, 'paused') == '1' then changed = 0 end
+  if redis.call('HGET', k_meta, 'paused') == '1' then return finish(0) end  -- no event
   redis.call('HSET', k_meta, 'paused', '1')
   emit('event', 'paused')
-  return finish(changed)
+  return finish(1)
 end
 if not lane_mode then lanes_on(prefix .. 'pending') end
 local k_conf = prefix .. 'lanes:conf'
 local conf = redis.call('HGET', k_conf, lane) or '1 0 0 0 0'
-local changed = 1
-if string.sub(conf, -1) == '1' then changed = 0 end
-redis.call('HSET', k_conf, lane, string.sub(conf, 1, -2) .. '1')
 redis.call('ZREM', prefix .. 'lanes:ring', lane)
 lane_ready[lane] = nil
+if string.sub(conf, -1) == '1' then return finish(0) end  -- already paused: no event
+redis.call('HSET', k_conf, lane, string.sub(conf, 1, -2) .. '1')
 emit('event', 'lane_paused', 'lane', lane)
-return finish(changed)
+return finish(1)

@@ -10,7 +10,7 @@
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] lane       string  the lane to resume; '' = the whole queue
--- Returns: 1 if it was paused, 0 if it was running
+-- Returns: 1 if it was paused, 0 if it was running (then no event is appended)
 -- Errors: none
 -- Derives: lanes:conf HASH, lanes:ring ZSET, events:archived STRING (read only)
 -- Includes: events, lanes, wake
@@ -27,7 +27,7 @@ use_lanes(prefix, k_meta)
 local changed = 0
 if lane == '' then
   changed = redis.call('HDEL', k_meta, 'paused')
-  emit('event', 'resumed')
+  if changed == 1 then emit('event', 'resumed') end
 else
   local k_conf = prefix .. 'lanes:conf'
   local conf = redis.call('HGET', k_conf, lane)
@@ -41,7 +41,7 @@ else
     end
   end
   if lane_mode then lane_ready[lane] = true end
-  emit('event', 'lane_resumed', 'lane', lane)
+  if changed == 1 then emit('event', 'lane_resumed', 'lane', lane) end
 end
 wake(k_wake, 32)  -- every parked worker
 return finish(changed)

@@ -130,7 +130,10 @@ class AsyncReads:
         return [i for _, i in merged][offset : offset + limit]
 
     def events(self, after: str = "0-0", *, follow: bool = False) -> AsyncIterator[Event]:
-        """The live event stream above ``after`` (see :func:`emq.model.events.aiter_events`)."""
+        """The live event stream above ``after`` (``"0-0"``: all of it; ``"$"``: only what is
+        appended from now on). It stops at the stream's end unless ``follow=True``, which
+        waits for new events and never ends by itself (``after="$"`` without ``follow``
+        yields nothing). See :func:`emq.queue._async.stream.aiter_events`."""
         return aiter_events(self.client, self.core.keys, after=after, follow=follow)
 
     async def history(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[Event]:
