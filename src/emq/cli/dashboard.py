@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import EmqError
 from .common import resolve_url, say, url_option
 
 TOKEN_ENV = "EMQ_DASHBOARD_TOKEN"
@@ -62,10 +63,8 @@ def dashboard(
         import jinja2  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn
-    except ImportError as exc:
-        raise click.ClickException(
-            f"the dashboard needs {exc.name}: pip install 'emq[dashboard]'"
-        ) from None
+    except ImportError as exc:  # an emq refusal: `error: ...` and exit 2 (docs/cli.md)
+        raise EmqError(f"the dashboard needs {exc.name}: pip install 'emq[dashboard]'") from None
     token = os.environ.get(TOKEN_ENV) or None
     check_bind(host, token)
     from ..dashboard.app import create_app

@@ -20,6 +20,8 @@ from starlette.responses import Response
 
 from ..errors import EmqError
 from ..model.lanes import DEFAULT_LANE
+from ..queue._async.queue import AsyncQueue
+from ..server.discovery import ahas_keys, ais_known
 from .jobs import server_ms
 from .live import SHOWN
 from .web import action_form, dash, done, render
@@ -36,10 +38,20 @@ def _page_number(text: str | None) -> int:
         return 1
 
 
+async def _existing(request: Request, name: str) -> AsyncQueue:
+    """The queue ``name``; 404 for a name with no keys that is not among the known queues (a
+    typo's page would show an empty queue, and its Pause write keys for a queue nobody sees)."""
+    d = dash(request)
+    q = d.queue(name)
+    if not (await ais_known(d.client, name) or await ahas_keys(d.client, name)):
+        raise HTTPException(404, "no such queue")
+    return q
+
+
 async def queue_page(request: Request) -> Response:
     request.app.state.live.start()
     name = request.path_params["queue"]
-    q = dash(request).queue(name)
+    q = await _existing(request, name)
     location = request.query_params.get("location", "pending")
     if location not in LOCATIONS:
         raise HTTPException(404, "no such location")
@@ -75,7 +87,7 @@ async def queue_page(request: Request) -> Response:
 async def queue_action(request: Request) -> Response:
     await action_form(request)
     name, action = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
-    q = dash(request).queue(name)
+    q = await _existing(request, name)  # nothing is written for a queue that is not there
     back = f"/queues/{name}"
     try:
         if action == "pause":
