@@ -107,11 +107,13 @@ def tail(
     as_json: bool,
 ) -> None:  # fmt: skip
     """Print QUEUE's live events (one line each, or JSON lines with --json)."""
+    if last < 0:
+        raise InvalidOption(f"-n/--last is {last}: give 0 or more events to start back from")
     q = open_queue(url, queue)
     try:
         if after is None:
             recent = cast(list[Any], q.client.xrevrange(q.core.keys.events, count=max(last, 1)))
-            for i, f in reversed(recent[:last] if last > 0 else []):
+            for i, f in reversed(recent[:last]):
                 _print(Event.from_entry(i, f), as_json, full)
             after = str(recent[0][0]) if recent else "0-0"
         for e in q.events(after, follow=follow):
@@ -149,9 +151,9 @@ def run(
     segment_size: int, endpoint_url: str | None, url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Archive QUEUE: read above W, fold into the floor, cache W, trim MINID W; repeat."""
+    target = _target(ship_to, endpoint_url) if ship_to else None  # boto3 before any file
     q = open_queue(url, queue)
     a = Archive(q, _floor_path(queue, floor), batch=batch)
-    target = _target(ship_to, endpoint_url) if ship_to else None
 
     def report(t: Totals) -> None:
         shipped = ship(a.floor, target, segment_size=segment_size) if target else None
@@ -235,8 +237,9 @@ def ship_cmd(
     endpoint_url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Ship QUEUE's closed floor segments to TARGET (create-only, gzip, with manifests)."""
+    target = _target(to, endpoint_url)  # boto3 checked before the floor file is made
     with Floor(_floor_path(queue, floor), queue=queue) as f:
-        r = ship(f, _target(to, endpoint_url), segment_size=segment_size, flush=flush)
+        r = ship(f, target, segment_size=segment_size, flush=flush)
     if as_json:
         emit_json({"closed": r.closed, "shipped": r.shipped, "events": r.events})
     else:
@@ -253,8 +256,9 @@ def restore_cmd(
     queue: str, source: str, floor: str | None, endpoint_url: str | None, as_json: bool
 ) -> None:
     """Rebuild QUEUE's floor (a new, empty one) from the segments shipped to TARGET."""
+    target = _target(source, endpoint_url)  # boto3 checked before the floor file is made
     with Floor(_floor_path(queue, floor), queue=queue) as f:
-        r = restore(_target(source, endpoint_url), f)
+        r = restore(target, f)
         path = f.path
     if as_json:
         emit_json({"segments": r.segments, "events": r.events, "watermark": r.watermark})

@@ -9,12 +9,14 @@ each line whole), and a table is printed at its natural width when stdout is not
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import redis
@@ -136,6 +138,7 @@ def _console(stderr: bool = False) -> Console:
         from rich.console import Console
 
         made = globals()[name] = Console(stderr=stderr, soft_wrap=True)
+        made.on_broken_pipe = _pipe_closed  # type: ignore[method-assign]  # one exit code
     return made
 
 
@@ -290,6 +293,24 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
     return None
 
 
+PIPE_CLOSED = 141
+"""The exit code after stdout's reader left (``emq events tail Q | head -1``): 128 + SIGPIPE,
+what a shell reports for any program stopped that way."""
+
+
+def stdout_closed(ctx: click.Context) -> NoReturn:
+    """Exit :data:`PIPE_CLOSED` with nothing on stderr: not an error of the server or of the
+    command. stdout is pointed at /dev/null first, so the interpreter's last flush is quiet."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: no file descriptor (a test)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    ctx.exit(PIPE_CLOSED)
+
+
+def _pipe_closed() -> None:
+    """Rich's hook for a write that met a closed pipe: raised on, for :func:`guarded`."""
+    raise BrokenPipeError(errno.EPIPE, "stdout was closed")
+
+
 class EmqGroup(click.Group):
     """The ``emq`` group. Every command (and every sub-group) runs inside it, so this is the
     one place that turns a refusal into ``error: <one line>`` on stderr and exit code 2,
@@ -300,12 +321,15 @@ class EmqGroup(click.Group):
 
 
 def guarded(ctx: click.Context, call: Callable[[], T]) -> T:
-    """Run a command: a refusal becomes ``error: <one line>`` and exit code 2."""
+    """Run a command: a refusal becomes ``error: <one line>`` and exit code 2; a stdout
+    whose reader went away ends it quietly (:func:`stdout_closed`)."""
     try:
         return call()
     except click.ClickException as exc:
         vars(exc)["message"] = clip(exc.message)
         raise
+    except BrokenPipeError:  # the server's own errors come wrapped by redis-py: this is stdout
+        stdout_closed(ctx)
     except Exception as exc:
         message = failure_line(exc, ctx.meta.get(URL_KEY))
         if message is None:

@@ -154,7 +154,12 @@ def setup_logging(fmt: str, level: str) -> None:
 @click.command("worker")
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option(
-    "--queue", "-q", "queues", multiple=True, help="Queue to serve (repeatable; with a mapping)."
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="Queue to serve (repeatable), for a handlers mapping only (default: default); "
+    "refused with a Worker, which names its own queues.",
 )
 @click.option("--concurrency", "-c", type=int, default=None, help="Handlers at once (10).")
 @click.option("--lease-ms", type=int, default=None, help="Lease length in ms (30000).")
