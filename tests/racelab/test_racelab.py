@@ -72,6 +72,22 @@ def test_two_sweeps_naive_steps_and_replies(client: redis.Redis) -> None:
     assert d["in_none"] and not d["in_two_sets"]
 
 
+@pytest.mark.parametrize("name", ["two-sweeps", "claim-between"])
+def test_the_naive_readout_words_agree_with_its_figures(client: redis.Redis, name: str) -> None:
+    """The readout is printed next to ``stalled 2 (expected 2)``: its words say what the
+    figures say (each recovery counted; one lapse), never "the counter reads 2 for one
+    stall", which read as a wrong count next to an expected 2."""
+    d = run_scenario(client, name, "naive").as_dict()
+    assert "one stall" not in d["readout"], d["readout"]
+    if name == "two-sweeps":
+        figures = f"stalled {d['stalled']}, as expected for {d['recover_count']} recoveries"
+        assert figures in d["readout"] and d["stalled"] == d["expected_stalled"]
+        assert f"so {d['lapses']} lapse reads as {d['stalled']} stalls" in d["readout"]
+    else:
+        assert f"delivered twice for {d['lapses']} expired lease" in d["readout"]
+    assert d["lapses"] == 1
+
+
 def test_counter_naive_both_read_before_either_writes(client: redis.Redis) -> None:
     d = run_scenario(client, "counter", "naive").as_dict()
     reads = [s["reply"] for s in d["steps"] if s["step"] == "read"]

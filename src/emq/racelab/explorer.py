@@ -12,7 +12,7 @@ order can put another command inside a sweep. The atomic table must be all zeros
 
 Columns (one run counts once per column): ``recovered twice``, more recoveries than expired
 leases (G2); ``lost an increment``, ``stalled`` below the increments the sweeps applied (G3);
-``delivered twice``, two claims handed out the job for one stall; ``in two sets`` / ``in
+``delivered twice``, two claims handed out the job for one lapse; ``in two sets`` / ``in
 none``, after some step the job sat in both pending and active, or in neither (G1).
 """
 

@@ -98,8 +98,8 @@ class RunResult:
     that expired. ``stalled``: the counter's final value; ``expected_stalled`` is what it
     would read had every increment a sweep applied been kept (``initial + recover_count``).
     ``most_deliveries``: the most claims that handed the job out between two lapses (2 means
-    delivered twice for one stall). ``in_two_sets`` / ``in_none``: at some step boundary the
-    job sat in both pending and active, or in neither.
+    delivered twice for one expired lease). ``in_two_sets`` / ``in_none``: at some step
+    boundary the job sat in both pending and active, or in neither.
     """
 
     queue: str

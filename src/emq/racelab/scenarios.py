@@ -113,7 +113,8 @@ def _two_sweeps(r: RunResult, _: RunResult | None) -> str:
     if r.recovered_twice:
         return (
             f"{head}: B slipped between A's detect and move and recovered the same lease "
-            f"again; the counter reads {r.stalled} for one stall"
+            f"again; each recovery counted its stall (stalled {r.stalled}, as expected for "
+            f"{r.recover_count} recoveries), so {r.lapses} lapse reads as {r.stalled} stalls"
         )
     how = "the move is one EVALSHA, so sweep B" if r.mode == "atomic" else "sweep B"
     return f"{head}: {how} found the job already gone"
@@ -157,8 +158,8 @@ def _claim_between(r: RunResult, _: RunResult | None) -> str:
     )
     return (
         f"A moved the job, W claimed it, B moved it again: the job was {where}, and W2 "
-        "claimed it too: delivered twice for one stall. A sorted set holds a member once, "
-        "so it is never 'in pending twice'; the harm is double delivery"
+        f"claimed it too: delivered twice for {r.lapses} expired lease. A sorted set holds "
+        "a member once, so it is never 'in pending twice'; the harm is double delivery"
     )
 
 
