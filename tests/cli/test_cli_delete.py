@@ -107,6 +107,10 @@ def test_forget_refuses_a_queue_with_keys_and_forgets_a_bare_name(
     assert qname in queue_names(client) and bare not in queue_names(client)
     code, out = run("forget", bare, "--url", url, "--json")
     assert code == 0 and json.loads(out) == {"forgotten": [bare]}
+    settled = Queue(client, bare)  # a queue whose only key is its stored settings
+    client.hset(settled.core.keys.settings, "max_attempts", "5")
+    client.sadd(KNOWN_QUEUES, bare)
+    assert settled.forget() is False and bare in queue_names(client)
     code, out = run("forget", "bad name", qname, "--url", url)
     one_error(code, out, "is invalid")
     assert qname in queue_names(client)
