@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Cancel job ID on QUEUE: a waiting or scheduled job never runs, a running one is "
         "stopped by its worker.",
     ),
+    "configure": (
+        "settings",
+        "Show QUEUE's stored settings, or change the ones given for every process that serves "
+        "it (within about 10 s).",
+    ),
     "dashboard": (
         "dashboard",
         "Serve the web dashboard: queues, jobs, search, dead letters, workers, race lab.",
@@ -56,7 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Every event of JOB_ID: the floor and the live stream merged, in order (one line "
         "each, or one JSON object per line with --json).",
     ),
-    "job": ("queues", "Show one job's row."),
+    "job": ("queues", "Show one job: its id, state and times (server clock, UTC), then its row."),
     "jobs": (
         "queues",
         "List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's "

@@ -196,6 +196,7 @@ def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -
                 with open_queue(resolved, name) as q:
                     limits, note = stats_limits(q)
                     result[name] = {**q.counts(), "limits": limits}
+                    result[name]["settings"] = q.stored_settings()
             if note:
                 notes[name] = note
     finally:
@@ -212,6 +213,9 @@ def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -
     show(t)
     for name, note in notes.items():
         say(name, " limits: ", note)
+    for name, counts in result.items():
+        if counts.get("settings"):  # stored with the queue: what every process uses
+            say(name, " settings: ", " ".join(f"{k}={v}" for k, v in counts["settings"].items()))
     for name, counts in result.items():
         if counts["outbox"]:  # a flow's messages to other queues, not yet delivered
             say(name, f" outbox: {counts['outbox']} flow messages wait for a worker's beat")

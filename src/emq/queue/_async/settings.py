@@ -12,7 +12,7 @@ import redis.asyncio
 
 from ...calls.call import Arg
 from ...calls.jobs import QueueCore
-from ...calls.settings import REFRESH_S, check_changes, settings_call, to_fields
+from ...calls.settings import REFRESH_S, check_changes, from_fields, settings_call, to_fields
 from ...errors import ServerRefused
 from ...lua import scripts
 from ...model.config import QueueOptions
@@ -53,6 +53,13 @@ class AsyncSettings:
         if self._adopt(call.decode(reply), self._asked):  # a new durability level, say
             self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
         return self.core.options
+
+    async def stored_settings(self) -> dict[str, Any]:
+        """The settings stored with the queue (those it has; empty if none), what ``emq
+        stats`` and the dashboard show. Writes nothing."""
+        call = settings_call(self.core.keys, "init", {})
+        reply = await scripts.run_async(self.client, call.script, call.keys, call.args)
+        return from_fields(call.decode(reply))[0]
 
     async def configure(self, **changes: Any) -> QueueOptions:
         """Change the queue's stored settings (any of ``events_maxlen``, ``max_attempts``,

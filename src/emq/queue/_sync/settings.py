@@ -13,7 +13,7 @@ import redis
 
 from ...calls.call import Arg
 from ...calls.jobs import QueueCore
-from ...calls.settings import REFRESH_S, check_changes, settings_call, to_fields
+from ...calls.settings import REFRESH_S, check_changes, from_fields, settings_call, to_fields
 from ...errors import ServerRefused
 from ...lua import scripts
 from ...model.config import QueueOptions
@@ -54,6 +54,13 @@ class Settings:
         if self._adopt(call.decode(reply), self._asked):  # a new durability level, say
             self._guard = durability.Guard(self.core.options, self.core.keys.metrics)
         return self.core.options
+
+    def stored_settings(self) -> dict[str, Any]:
+        """The settings stored with the queue (those it has; empty if none), what ``emq
+        stats`` and the dashboard show. Writes nothing."""
+        call = settings_call(self.core.keys, "init", {})
+        reply = scripts.run(self.client, call.script, call.keys, call.args)
+        return from_fields(call.decode(reply))[0]
 
     def configure(self, **changes: Any) -> QueueOptions:
         """Change the queue's stored settings (any of ``events_maxlen``, ``max_attempts``,
