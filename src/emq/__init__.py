@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .calls.control import Cancel
     from .calls.flows import Child, Flow, FlowIds, chain, group
     from .errors import (
+        AuthenticationFailed,
         CancelRequested,
         DuplicateConflict,
         EmqError,
@@ -53,6 +54,7 @@ __all__ = [
     "Archive",
     "AsyncPartitionedQueue",
     "AsyncQueue",
+    "AuthenticationFailed",
     "Backoff",
     "Cancel",
     "CancelRequested",
@@ -111,6 +113,7 @@ _WHERE = {
     "Answer": "model.records",
     "AsyncPartitionedQueue": "queue._async.partitions",
     "AsyncQueue": "queue._async.queue",
+    "AuthenticationFailed": "errors",
     "Backoff": "model.config",
     "Cancel": "calls.control",
     "CancelRequested": "errors",

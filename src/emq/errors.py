@@ -84,6 +84,20 @@ class ServerRefused(EmqError):
         self.reason = reason
 
 
+class AuthenticationFailed(ServerRefused):
+    """The server refused the login: a wrong or missing password or user name in the URL (or
+    the client's settings), or a user that is disabled. Nothing was sent; it does not pass by
+    itself, so it is not a :class:`ServerUnreachable` (not a ``ConnectionError``): fix the
+    credentials. ``reason`` is ``AUTH``; the message never holds the password. The redis-py
+    error is chained as ``__cause__``."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the server refused the login (wrong or missing password or user name): {detail}",
+            "AUTH",
+        )
+
+
 class ServerOutOfMemory(ServerRefused):
     """The server is at ``maxmemory`` and refused a write. Nothing was applied (a script that
     may grow memory is refused whole, before it runs); retry once memory is freed. What frees

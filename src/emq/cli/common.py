@@ -274,7 +274,8 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
         )
     auth = next((e for e in chain if isinstance(e, redis.exceptions.AuthenticationError)), None)
     if auth is not None or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-        return f"the server{at} refused to let emq in (wrong or missing password?): {exc}"
+        why = auth if auth is not None else exc  # redis-py's own words, never the password
+        return f"the server{at} refused the login (wrong or missing password or user name): {why}"
     if isinstance(exc, UNREACHABLE):
         cause = exc.__cause__ if isinstance(exc, ServerUnreachable) and exc.__cause__ else exc
         return f"cannot reach the server{at}: {cause}"

@@ -44,6 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .. import errors
 from ..errors import EmqError, ScriptError, ServerOutOfMemory, ServerUnreachable, from_reply
 from .compose import (
     ALLOW_OOM,
@@ -269,8 +270,11 @@ def _reload_or_give_up(script: Script, started: float, exc: NoScriptError) -> No
         ) from exc
 
 
-def unreachable(exc: Exception) -> ServerUnreachable:
-    err = ServerUnreachable(f"the server could not be reached: {exc}")
+def unreachable(exc: Exception) -> EmqError:
+    """A lost connection, chained; a refused login (redis-py's is one) is AuthenticationFailed."""
+    err: EmqError = ServerUnreachable(f"the server could not be reached: {exc}")
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        err = errors.AuthenticationFailed(str(exc))
     err.__cause__ = exc
     return err
 
