@@ -5,10 +5,12 @@ queues, default ``default``). Logs are structured: one JSON object per line on s
 ``--log-format text``). The server is ``--url``, else ``EMQ_URL``, else the worker's own
 ``url=``, else the embedded server: the command line wins over code. Everything is checked
 before the worker starts: the import, the options (built into a validated
-:class:`~emq.worker.WorkerOptions`) and one PING of the server. Exit codes: 0 after a
-graceful stop or a finished ``--burst`` run, 2 for bad usage (import string, a module that
-fails to import, options, a server that cannot be reached or is not Valkey/Redis), 130 after
-a second signal forced the exit. ``--processes N`` (N > 1) checks the same, then runs N such
+:class:`~emq.worker.WorkerOptions`) and one PING of the server. A server that cannot be
+reached yet is waited for (the worker logs the outage once and serves once it answers), except
+by a ``--burst`` run. Exit codes: 0 after a graceful stop or a finished ``--burst`` run, 2 for
+bad usage (import string, a module that fails to import, options, a server that refuses the
+login or is not Valkey/Redis, with ``--burst`` one that cannot be reached), 130 after a second
+signal forced the exit. ``--processes N`` (N > 1) checks the same, then runs N such
 workers under a supervisor (:mod:`.supervisor`), which restarts a child that dies and passes
 signals on.
 """
@@ -29,6 +31,7 @@ import click
 
 from ..errors import InvalidOption
 from ..worker import Worker
+from ..worker.startup import not_up_yet
 from .common import connect, resolve_url, url_option
 from .supervisor import MAX_PROCESSES, Supervisor
 
@@ -107,17 +110,22 @@ def choose_url(w: Worker, url: str | None) -> None:
 
 
 def check_server(w: Worker) -> None:
-    """One PING before the worker starts: a server that cannot be reached or does not speak
-    the protocol is one line and exit 2, not a worker retrying it forever. (The options were
-    checked when they were built: :class:`~emq.worker.WorkerOptions` holds the same bounds the
-    scripts' calls enforce.)"""
+    """One PING before the worker starts: a server that refuses the login or does not speak
+    the protocol is one line and exit 2, not a worker retrying it forever; one that cannot be
+    reached (yet) is too for a ``--burst`` run, and is waited for by any other (the worker's
+    start rides it out like any outage). (The options were checked when they were built:
+    :class:`~emq.worker.WorkerOptions` holds the same bounds the scripts' calls enforce.)"""
     if w.url is None:
         return
-    client = connect(w.url)
     try:
-        client.ping()
-    finally:
-        client.close()
+        client = connect(w.url)  # a cluster client reads the slot map here
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        if w.options.burst or not not_up_yet(exc):
+            raise
 
 
 def child_args(ctx: click.Context) -> list[str]:

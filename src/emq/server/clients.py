@@ -229,6 +229,18 @@ async def arelearn_slots(client: Any) -> None:
             await plain.aclose()
 
 
+async def adisconnect(client: Any) -> None:
+    """Drop every connection of the asyncio ``client``, those in use too: a command waiting on
+    one (a ``BLPOP`` whose cancel redis-py swallowed) ends at once with a connection error.
+    The client stays usable: its next command connects anew. Never raises."""
+    with contextlib.suppress(redis.RedisError, OSError):
+        if isinstance(client, AsyncRedisCluster):
+            for node in client.get_nodes():
+                await node.disconnect()
+        else:
+            await client.connection_pool.disconnect()
+
+
 def close_client(client: Any) -> None:
     """Close ``client`` and, on a cluster, every node's connections."""
     if isinstance(client, RedisCluster):

@@ -15,6 +15,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -26,10 +27,16 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from ..errors import ScriptError, ServerRefused
+from ..errors import AuthenticationFailed, ScriptError, ServerRefused
 from ..lua.scripts import refusal
 from ..queue.shared import UNREACHABLE
-from ..server.clients import async_client, is_cluster_client, sync_client
+from ..server.clients import (
+    aclose_client,
+    adisconnect,
+    async_client,
+    is_cluster_client,
+    sync_client,
+)
 from ..server.durability import NotDurable
 from ..server.packing import packed_in_c
 from ..server.sentinel import url_of as sentinel_url_of
@@ -51,6 +58,11 @@ SERVER_ERRORS: tuple[type[BaseException], ...] = (
 NOPERM, a script cache flushed again and again; with ``durability="aof"``, an fsync not
 confirmed in time: the re-send waits for it again). A worker component retries through these
 with backoff; any other exception is a bug in emq or the worker stops (it exits non-zero)."""
+REFUSED_LOGIN = (AuthenticationFailed, redis.AuthenticationError)
+"""A wrong or missing password: a refusal, although redis-py's is a ``ConnectionError``."""
+CANCEL_WAIT_S = 0.2
+"""How long :func:`park` waits for a cancelled ``BLPOP`` to end (redis-py sometimes swallows
+the cancel of a blocking command: :func:`_end`)."""
 
 _COPIED = (
     "host",
@@ -83,7 +95,9 @@ class ClientFactory:
         self.scheme = "redis"
         self.cluster = like is not None and is_cluster_client(like)
         if like is not None and self.cluster:
-            node = like.get_default_node()
+            # an asyncio cluster client that has sent no command yet has no default node:
+            # the node it was given is its first startup node
+            node = like.get_default_node() or next(iter(like.nodes_manager.startup_nodes.values()))
             kwargs = (
                 getattr(like, "connection_kwargs", None) or like.nodes_manager.connection_kwargs
             )
@@ -158,7 +172,9 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     is away), ``refused`` (it answered no: OOM, BUSY, READONLY, NOPERM, ...) or ``error``."""
     if isinstance(exc, redis.ResponseError):
         exc = refusal(exc)  # a raw reply from a plain command: said as emq says it
-    if isinstance(exc, OUTAGE_ERRORS):
+    if isinstance(exc, REFUSED_LOGIN):  # redis-py's is a ConnectionError: not an outage
+        kind = "refused"
+    elif isinstance(exc, OUTAGE_ERRORS):
         kind = "unreachable"
     elif isinstance(exc, ServerRefused | redis.ResponseError):
         kind = "refused"
@@ -295,18 +311,15 @@ async def park(
     ``stop`` or any of ``extra``. On a cluster one command may not span slots, so the keys of
     each slot get a ``BLPOP`` of their own, all at once, and the first to return ends the wait
     (the queues of one worker, the partitions of a queue: docs/partitions.md). A server error
-    is an outage episode (logged once, then a backoff nap); anything else is raised."""
+    is an outage episode (logged once, then a backoff nap); anything else is raised. The wait
+    ends promptly whatever redis-py does with a cancel (:func:`_end`)."""
     pops = [
         asyncio.ensure_future(blocking.blpop(group, timeout=wait_ms / 1000))
         for group in slot_groups(blocking, keys)
     ]
     await first(stop, *pops, *extra)
     done = [pop for pop in pops if pop.done()]
-    for pop in pops:
-        if not pop.done():
-            pop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *SERVER_ERRORS):
-                await pop
+    await _end(blocking, [pop for pop in pops if not pop.done()])
     if not done:
         return
     exc = next((e for pop in done if (e := pop.exception()) is not None), None)
@@ -316,6 +329,48 @@ async def park(
         raise exc
     else:
         outage.ok("park")
+
+
+async def _end(blocking: Any, pops: list[asyncio.Future[Any]]) -> None:
+    """Cancel the ``BLPOP`` s still waiting and see them end. redis-py sometimes swallows the
+    cancel of a blocking command (redis-py issue 2028 upstream; on a cluster client often),
+    which then waits out its own timeout, ``poll_ms``. So after ``CANCEL_WAIT_S`` a plain
+    client's connections are dropped, which ends such a ``BLPOP`` at once (the next park
+    connects anew); a cluster client's are not (a dropped connection makes it relearn its slot
+    map, and its old nodes' connections leak): its ``BLPOP`` is left to end by its timeout, or
+    when :func:`close_blocking` closes the client. The wait never blocks the caller."""
+    for pop in pops:
+        pop.cancel()
+    if not pops:
+        return
+    _, stuck = await asyncio.wait(pops, timeout=CANCEL_WAIT_S)
+    if stuck and not is_cluster_client(blocking):
+        await adisconnect(blocking)
+        _, stuck = await asyncio.wait(stuck, timeout=CANCEL_WAIT_S)
+    for pop in pops:
+        if pop in stuck:
+            strays = _STRAYS.setdefault(blocking, set())
+            strays.add(pop)
+            pop.add_done_callback(strays.discard)
+        pop.add_done_callback(_retrieved)
+
+
+def _retrieved(pop: asyncio.Future[Any]) -> None:
+    """Read a finished ``BLPOP``'s outcome, so none is reported as never retrieved."""
+    if not pop.cancelled():
+        pop.exception()
+
+
+_STRAYS: weakref.WeakKeyDictionary[Any, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
+
+
+async def close_blocking(blocking: Any) -> None:
+    """Close the blocking client, then see each ``BLPOP`` left running end (closing the client
+    drops its connection)."""
+    await aclose_client(blocking)
+    strays = _STRAYS.pop(blocking, set())
+    if strays:
+        await asyncio.wait(strays, timeout=CANCEL_WAIT_S * 5)
 
 
 def slot_groups(client: Any, keys: list[str]) -> list[list[str]]:

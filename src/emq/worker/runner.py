@@ -34,7 +34,7 @@ from ..queue._async.queue import AsyncQueue
 from ..queue._sync.queue import Queue
 from ..server.clients import aclose_client, close_client
 from .cancels import Cancels
-from .connect import ClientFactory, Outage, first, park, retry
+from .connect import ClientFactory, Outage, close_blocking, first, park, retry
 from .execute import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks, LogStarts, Outbox
@@ -44,7 +44,7 @@ from .observe import Observer
 from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .presence import Presence
 from .progress import Progress
-from .shutdown import flush_acks, give_back, wait_until
+from .shutdown import deliver_outboxes, flush_acks, give_back, wait_until
 from .watchdog import call_soon_from_thread
 
 T = TypeVar("T")
@@ -204,7 +204,7 @@ class Runner:
         self.cancels.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         await aclose_client(self.client)
-        await aclose_client(self.blocking)
+        await close_blocking(self.blocking)
         close_client(self.sync)
         if self.observe is not None:
             self.observe.close()
@@ -241,7 +241,8 @@ class Runner:
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """A graceful stop (docs/worker.md#shutdown), once claiming has stopped: give back
         what has not started, wait up to ``grace_ms`` for the running handlers, interrupt
-        the rest, then flush every ack."""
+        the rest, flush every ack, then deliver what the outboxes hold (one try each, or
+        through an outage until the grace period ends)."""
         grace_ms = self.options.grace_ms
         deadline = time.monotonic() + grace_ms / 1000
         await give_back(self.jobs.take_ready(), self.outage, self.hb.drop, self.report, deadline)
@@ -251,6 +252,7 @@ class Runner:
             await wait_until(lambda: not self.jobs.running(), self.room, deadline)
         await self.jobs.interrupt_running("shutdown")
         await flush_acks(self.acks.close, flusher, deadline)
+        await deliver_outboxes(self.queues, self.outage, self.report, deadline, self.stop)
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -278,7 +280,8 @@ class Runner:
         while not self.stop.is_set():
             room = self.free()
             if room <= 0:
-                if self._burst_done(stuck=True):
+                if self._burst_idle(stuck=True):  # its slots cannot take a job a parent became
+                    await self._burst_end(again=False)
                     return
                 self.room.clear()
                 if self.free() <= 0:
@@ -292,14 +295,34 @@ class Runner:
                 continue
             # a queue held back by a limit is not empty (maybe by this worker's own acks still
             # on their way): a burst run waits for the wake-up
-            if got == 0 and not (self._retry_in or self._blocked) and self._burst_done(stuck=False):
-                return
+            if got == 0 and not (self._retry_in or self._blocked) and self._burst_idle(stuck=False):
+                if await self._burst_end(again=True):
+                    return
+                continue  # a parent it told may be a job of these queues: claim again
             await self._park()
 
-    def _burst_done(self, *, stuck: bool) -> bool:
-        """In burst mode: True (logged) once the queues gave nothing and nothing is left to
-        decide, or once every slot has been held for ``grace_ms`` by handlers that outlived
-        their decided attempt (sync handlers past their timeout: a thread cannot be killed)."""
+    async def _burst_end(self, *, again: bool) -> bool:
+        """A burst run with nothing left to run: deliver its outboxes first (the parents in
+        other queues of the children it completed hear of them before the run ends, however
+        many: the beat that would have told them stops with the run), then True (logged:
+        "burst run done"); with ``again``, False instead if that delivered something (a
+        parent it told may be a job of its own queues)."""
+        deadline = time.monotonic() + max(1.0, self.options.grace_ms / 1000)
+        sent = await deliver_outboxes(self.queues, self.outage, self.report, deadline, self.stop)
+        if sent and again:
+            return False
+        abandoned = self.jobs.abandoned
+        if abandoned:
+            self.event("warning", "burst run done; handler threads still run past their "
+                       "decided attempt", "idle", abandoned=abandoned)  # fmt: skip
+        else:
+            self.event("info", "queue empty: burst run done", "idle")
+        return True
+
+    def _burst_idle(self, *, stuck: bool) -> bool:
+        """In burst mode: True once the queues gave nothing and nothing is left to decide, or
+        once every slot has been held for ``grace_ms`` by handlers that outlived their
+        decided attempt (sync handlers past their timeout: a thread cannot be killed)."""
         if not self.options.burst or not self.idle():
             self._stuck_since = None
             return False
@@ -314,11 +337,6 @@ class Runner:
                 self._stuck_since = now
             if now - self._stuck_since < self.options.grace_ms / 1000:
                 return False
-        if abandoned:
-            self.event("warning", "burst run done; handler threads still run past their "
-                       "decided attempt", "idle", abandoned=abandoned)  # fmt: skip
-        else:
-            self.event("info", "queue empty: burst run done", "idle")
         return True
 
     async def _claim(self, room: int) -> int | None:

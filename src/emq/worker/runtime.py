@@ -4,12 +4,14 @@ What runs where: the event loop claims, dispatches and acknowledges (:mod:`.runn
 handlers run on it; sync handlers run in a pool of ``concurrency`` threads; leases are renewed
 by a dedicated heartbeat thread on its own connection (:mod:`.heartbeat`, which states the
 bound a GIL-holding handler puts on it); the maintenance beat promotes and sweeps
-(:mod:`.maintenance`); a stop drains (:mod:`.shutdown`).
+(:mod:`.maintenance`); a stop drains (:mod:`.shutdown`). A run's first read waits for a
+server that is not up yet (:mod:`.startup`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -20,15 +22,14 @@ from ..calls.call import check_job_name
 from ..errors import EmqError, InvalidOption
 from ..model.config import Backoff, QueueOptions
 from ..model.keys import QueueKeys
-from ..queue._async.partition_count import expand_queues
 from ..queue._async.queue import AsyncQueue
 from ..queue._sync.queue import Queue
-from ..server.clients import aclose_client
 from ..server.durability import check_queues
 from ..server.urls import check_url
 from .connect import ClientFactory
 from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
 from .runner import Runner
+from .startup import first_read
 
 F = TypeVar("F", bound=Handler)
 QueueLike = str | Queue | AsyncQueue
@@ -89,6 +90,7 @@ class Worker:
         self._lock = threading.Lock()
         self._running = False
         self._stop_asked = False  # stop() before run() had its runner: honoured at start
+        self._starting: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     def configure(self, **changes: Any) -> None:
         """Replace fields of :attr:`options` (``None`` values are ignored); validated."""
@@ -166,6 +168,10 @@ class Worker:
             runner = self._runner
             if runner is None:
                 self._stop_asked = True
+                if self._starting is not None:  # waiting for the server: that wait ends
+                    loop, stop = self._starting
+                    with contextlib.suppress(RuntimeError):  # its loop has closed
+                        loop.call_soon_threadsafe(stop.set)
                 return
         runner.request_stop()
 
@@ -178,10 +184,13 @@ class Worker:
         mode, until nothing is claimable and nothing is held. A second signal stops at once:
         held leases are left to lapse and the sweep recovers those jobs (``forced`` is set).
 
-        No component dies silently: server errors are retried with backoff (logged once per
-        episode); any other failure of the claim loop, heartbeat, maintenance or acks stops
-        the worker and raises :class:`~emq.errors.WorkerFailed`. A second concurrent run of
-        one worker is refused (:class:`~emq.errors.EmqError`).
+        A server that is not up yet when the run starts is waited for like any outage (a burst
+        run raises :class:`~emq.errors.ServerUnreachable` at once instead); a refused login
+        raises :class:`~emq.errors.AuthenticationFailed` at once. No component dies silently:
+        server errors are retried with backoff (logged once per episode); any other failure
+        of the claim loop, heartbeat, maintenance or acks stops the worker and raises
+        :class:`~emq.errors.WorkerFailed`. A second concurrent run of one worker is refused
+        (:class:`~emq.errors.EmqError`).
         """
         with self._lock:
             if self._running:
@@ -194,12 +203,21 @@ class Worker:
                 self._running, self._runner, self._stop_asked = False, None, False
 
     async def _run(self, handle_signals: bool) -> None:
-        factory, queues = self._factory(), self._queue_options()
-        client = factory.asyncio()  # a partitioned queue is served as its partitions
-        try:
-            queues = await expand_queues(client, queues)
+        factory, stop = self._factory(), asyncio.Event()
+        main_thread = threading.current_thread() is threading.main_thread()
+        with self._lock:
+            self._starting = (asyncio.get_running_loop(), stop)
+            if self._stop_asked:
+                stop.set()
+        try:  # a partitioned queue is served as its partitions
+            queues = await first_read(factory, self._queue_options(), stop, self.log,
+                                      wait=not self.options.burst,
+                                      signals=handle_signals and main_thread)  # fmt: skip
         finally:
-            await aclose_client(client)
+            with self._lock:
+                self._starting = None
+        if queues is None:
+            return  # stopped while it waited for the server: nothing was claimed
         run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
         with self._lock:
             self._runner = run
@@ -210,7 +228,6 @@ class Worker:
         except BaseException:
             await run.close()
             raise
-        main_thread = threading.current_thread() is threading.main_thread()
         try:
             await run.run(self.queue_names, handle_signals and main_thread)
         finally:

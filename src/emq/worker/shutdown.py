@@ -5,8 +5,10 @@ On the first SIGTERM/SIGINT (or :meth:`Worker.stop`): stop claiming; give back e
 claimed but not started with ``delay 0`` (back to ``pending``, no attempt spent: ``delay``
 takes back the attempt the claim counted); let running handlers finish for up to
 ``grace_ms``; interrupt the rest (their attempt fails with a retry, since it did run); flush
-every acknowledgement; then return so the process exits 0. A second signal skips all this:
-leases are left to lapse and the sweep recovers those jobs.
+every acknowledgement; deliver what the queues' outboxes hold (a flow's children's ends for
+parents in other queues: :func:`deliver_outboxes`, which a burst run also does before it says
+it is done); then return so the process exits 0. A second signal skips all this: leases are
+left to lapse and the sweep recovers those jobs.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..model.records import Answer
+from ..queue._async.queue import AsyncQueue
 from .connect import Outage, retry
 from .heartbeat import Lease
 from .held import Held
@@ -72,3 +75,28 @@ async def flush_acks(
     close()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(flusher), max(1.0, deadline - time.monotonic()))
+
+
+async def deliver_outboxes(
+    queues: Sequence[AsyncQueue], outage: Outage, report: Report, deadline: float,
+    stop: asyncio.Event | None = None,
+) -> int:  # fmt: skip
+    """Deliver every entry of the queues' outboxes (docs/flows.md, Across queues: each
+    child's end to its parent in another queue), each outbox until it is empty, re-sent
+    through an outage until the monotonic ``deadline`` or ``stop``; returns the entries
+    delivered. What is left then stays for the next worker's maintenance beat (logged)."""
+    sent = 0
+    for q in queues:
+        while True:
+            got, _ = await retry(outage, "outbox", q.deliver_outbox, stop=stop, deadline=deadline)
+            if got is None:
+                event(report.log, "warning", "outbox left for the next worker's beat",
+                      "outbox_left", queue=q.name)  # fmt: skip
+                break
+            sent += got.entries
+            if got.broken:
+                event(report.log, "error", "unreadable outbox entries dropped", "outbox_broken",
+                      queue=q.name, entries=list(got.broken[:10]))  # fmt: skip
+            if not got.entries and not got.broken:
+                break
+    return sent
