@@ -5,13 +5,17 @@ asked for something else is told once, and ``configure`` changes them for all.""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from emq import AsyncQueue, InvalidOption, Queue, QueueOptions, UnsafeServer, Worker, WorkerOptions
+from emq.cli.main import cli
+from emq.model.keys import QueueKeys
 
 from ..support.helpers import assert_consistent
 
@@ -119,3 +123,40 @@ def test_a_damaged_stored_setting_is_ignored_and_named(
         assert plain.settle().max_attempts == QueueOptions().max_attempts
         plain.enqueue("x")  # a damaged setting never stops a process
     assert any("max_attempts 'lots' cannot be read" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_worker_started_first_stores_nothing(
+    url: str, qname: str, client: redis.Redis
+) -> None:
+    """A worker that knows only the name stores no settings (it would pin the defaults over
+    the producer's); the producer that comes later does."""
+    w = Worker(qname, url=url, options=WorkerOptions(burst=True))
+    w.register("render", lambda p: p)
+    await asyncio.wait_for(w.run(), HANG)
+    assert client.exists(QueueKeys.of(qname).settings) == 0
+    with Queue.from_url(url, qname, options=QueueOptions(result_ttl_ms=60_000)) as q:
+        q.enqueue("render", 1)
+        assert client.hget(q.core.keys.settings, "result_ttl_ms") == "60000"
+
+
+def test_emq_configure_and_stats_show_and_change_the_stored_settings(
+    url: str, qname: str, client: redis.Redis
+) -> None:
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["configure", qname, "--url", url])
+    assert shown.exit_code == 0 and "no stored settings" in shown.output
+    changed = runner.invoke(
+        cli,
+        ["configure", qname, "--result-ttl-ms", "60000", "--keep-completed", "1000,5",
+         "--url", url, "--json"],
+    )  # fmt: skip
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(changed.output) == {"result_ttl_ms": 60_000, "keep_completed": [1000, 5]}
+    bad = runner.invoke(cli, ["configure", qname, "--max-attempts", "0", "--url", url])
+    assert bad.exit_code == 2 and "max_attempts" in bad.output and "Traceback" not in bad.output
+    with Queue.from_url(url, qname) as q:
+        q.enqueue("x")
+    stats = runner.invoke(cli, ["stats", qname, "--url", url, "--json"])
+    assert json.loads(stats.output)["settings"]["result_ttl_ms"] == 60_000
+    table = runner.invoke(cli, ["stats", qname, "--url", url])
+    assert "settings: result_ttl_ms=60000 keep_completed=(1000, 5)" in table.output

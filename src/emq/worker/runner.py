@@ -57,7 +57,7 @@ class Runner:
     def __init__(
         self,
         factory: ClientFactory,
-        queues: dict[str, QueueOptions],
+        queues: dict[str, QueueOptions | None],
         handlers: dict[str, HandlerSpec],
         options: WorkerOptions,
         stats: WorkerStats,

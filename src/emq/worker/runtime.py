@@ -46,7 +46,8 @@ class Worker:
     histograms there while it runs: docs/observability.md) override the same fields of
     ``options``.
     ``queue_options`` apply to the queues given by name (durability, ``allow_eviction``, event
-    cap); a :class:`~emq.Queue` given instead brings its own.
+    cap); a :class:`~emq.Queue` given instead brings its own. Either way the settings stored
+    with a queue (docs/control.md, Queue settings) win over them.
 
     Guarantees: a job runs at least once, and only the attempt that holds its lease can
     acknowledge it; a job whose worker dies or outlives its lease is recovered by the sweep
@@ -78,7 +79,7 @@ class Worker:
         self._targets: list[QueueLike] = items
         self.url = check_url(url) if url is not None else None
         self.options = options or WorkerOptions()
-        self.queue_options = queue_options or QueueOptions()
+        self.queue_options = queue_options  # None: each queue's stored settings
         self.configure(concurrency=concurrency, lease_ms=lease_ms, metrics_port=metrics_port)
         self.handlers: dict[str, HandlerSpec] = {}
         for name, fn in (handlers or {}).items():
@@ -241,11 +242,12 @@ class Worker:
             return ClientFactory(url=self.url)
         return ClientFactory(like=first.client)
 
-    def _queue_options(self) -> dict[str, QueueOptions]:
-        out: dict[str, QueueOptions] = {}
+    def _queue_options(self) -> dict[str, QueueOptions | None]:
+        """What each queue was opened with (None: nothing), so the stored settings of the
+        queue decide the rest (docs/control.md, Queue settings)."""
+        out: dict[str, QueueOptions | None] = {}
         for t in self._targets:
-            if isinstance(t, str):
-                out[t] = self.queue_options
-            else:
-                out[t.name] = t.core.options
+            out[t if isinstance(t, str) else t.name] = (
+                self.queue_options if isinstance(t, str) else t._asked
+            )
         return out
