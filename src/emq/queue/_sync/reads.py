@@ -16,7 +16,7 @@ import redis
 
 from ...calls.call import COUNT_FIELDS, Call, decode_counts, decode_job
 from ...calls.jobs import QueueCore
-from ...errors import InvalidOption
+from ...errors import InvalidOption, ServerOutOfMemory
 from ...lua import scripts
 from ...model.events import Event
 from ...model.ids import check_id
@@ -71,12 +71,19 @@ class Reads:
 
     def job(self, job_id: str) -> Job | None:
         """A snapshot of the job's row, with its run-at or lease deadline (read in the same
-        MULTI), or None if it has none (completed, removed)."""
+        MULTI), or None if it has none (completed, removed). Redis refuses a MULTI at
+        maxmemory: there the three are read one after another, in one round trip."""
         check_id(job_id)
-        with scripts.translated():
-            with self.client.pipeline(transaction=True) as p:
-                self._read_job(p, job_id)
-                row, run_at, deadline = p.execute()
+        for one_instant in (True, False):
+            try:
+                with scripts.translated():
+                    with self.client.pipeline(transaction=one_instant) as p:
+                        self._read_job(p, job_id)
+                        row, run_at, deadline = p.execute()
+                break
+            except ServerOutOfMemory:
+                if not one_instant:
+                    raise
         return decode_job(job_id, row, run_at, deadline)
 
     def _read_job(self, p: Any, job_id: str) -> None:
