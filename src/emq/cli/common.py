@@ -41,6 +41,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 URL_KEY = "emq.url"  # click's ctx.meta key: the server URL the command resolved
+NOTICE_KEY = "emq.embedded_said"  # ctx.meta: the embedded server's notice was printed
 TRACEBACK = "Traceback (most recent call last)"
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 30.0  # above the 5 s XREAD BLOCK of `events tail -f`
@@ -66,13 +67,32 @@ def resolve_url(url: str | None, code_default: str | None = None) -> str:
     elif code_default:
         chosen = check_url(code_default)
     else:
-        from ..embedded.standalone import EmbeddedServer
-
-        chosen = EmbeddedServer(home).start()
+        chosen = _embedded(home)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.meta[URL_KEY] = chosen
     return chosen
+
+
+def _embedded(home: str) -> str:
+    """The embedded server's URL (started if needed), said on stderr once per command: a
+    user who forgot ``EMQ_URL`` learns it here, not from an empty table."""
+    from ..embedded.standalone import EmbeddedServer
+
+    server = EmbeddedServer(home)
+    how = "already running" if server.status().running else "started now"
+    url = server.start()
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.meta.get(NOTICE_KEY):
+        if ctx is not None:
+            ctx.meta[NOTICE_KEY] = True
+        where = home if os.path.isabs(home) or home.startswith("./") else f"./{home}"
+        click.echo(
+            f"emq: no --url or EMQ_URL: using the embedded Valkey in {where} ({how}); "
+            "set EMQ_URL=redis://... to use your server",
+            err=True,
+        )
+    return url
 
 
 def connect(url: str) -> redis.Redis:

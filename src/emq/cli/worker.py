@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,40 +31,8 @@ from ..errors import InvalidOption
 from ..worker import Worker
 from ..worker.startup import not_up_yet
 from .common import connect, resolve_url, url_option
+from .logsetup import apply_log_config, setup_logging
 from .supervisor import MAX_PROCESSES, Supervisor
-
-STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record: ts, level, logger, msg, then the record's ``emq`` fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "pid": record.process,
-        }
-        out.update(getattr(record, "emq", {}))
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-class TextFormatter(logging.Formatter):
-    """``time level event: msg key=value ...``"""
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields = dict(getattr(record, "emq", {}))
-        event = fields.pop("event", record.name)
-        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
-        pairs = " ".join(f"{k}={v}" for k, v in fields.items())
-        line = f"{stamp} {record.levelname.lower():7} {event}: {record.getMessage()} {pairs}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line.rstrip()
 
 
 def load_target(spec: str) -> Worker | Mapping[str, Any]:
@@ -150,15 +116,6 @@ def child_args(ctx: click.Context) -> list[str]:
     return [*args, "--", target]
 
 
-def setup_logging(fmt: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger("emq")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
-
-
 @click.command("worker")
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option(
@@ -199,6 +156,13 @@ def setup_logging(fmt: str, level: str) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON-lines logs (the default format).")
 @click.option(
+    "--log-config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A logging.config.dictConfig file (JSON, or TOML if *.toml) that sets up logging "
+    "instead of emq: emq then adds no handler (--log-format and --json are refused).",
+)
+@click.option(
     "--processes",
     type=int,
     default=1,
@@ -221,6 +185,7 @@ def worker(
     log_format: str | None,
     log_level: str,
     as_json: bool,
+    log_config: str | None,
     processes: int,
     url: str | None,
 ) -> None:
@@ -237,7 +202,12 @@ def worker(
                             "free port of its own; emq workers lists them)")  # fmt: skip
     if as_json and log_format == "text":
         raise InvalidOption("--json and --log-format text contradict each other; pick one")
-    setup_logging(log_format or "json", log_level)
+    if log_config is None:
+        setup_logging(log_format or "json", log_level)
+    elif log_format or as_json:
+        raise InvalidOption("--log-config sets up logging itself; drop --log-format and --json")
+    else:
+        apply_log_config(log_config)
     loaded = load_target(target)
     if isinstance(loaded, Worker):
         w = loaded

@@ -3,7 +3,8 @@
 1. **Fetch** (:meth:`Executor.accept`): a claim's jobs are held, ``READY`` (:mod:`.phase`),
    and renewed by the heartbeat until their ack lands.
 2. **Run** (:meth:`Executor.start_ready`): while a slot is free a ready job goes ``RUNNING``,
-   an async handler in a task, a sync one in a thread of the pool (no handler: it fails).
+   an async handler in a task, a sync one in a thread of the pool (no handler: it fails),
+   with the job in :data:`.log.JOB` for the records it emits (one set, in its own context).
 3. **Record** (:meth:`Executor.decide`): its outcome (:mod:`.outcome`, which states the rules)
    is decided once, by the first of: the handler returning or raising, the watchdog
    (timeout), a refused lease, a cancel's grace period (:mod:`.cancels`), the shutdown. After
@@ -39,7 +40,7 @@ from .connect import Outage
 from .heartbeat import Heartbeat, Lease
 from .held import Held
 from .hooks import Hooks, Outbox
-from .log import Report
+from .log import Report, in_job, set_job
 from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
 from .outcome import (
     COMPLETE,
@@ -165,19 +166,16 @@ class Executor:
                 self._start_thread(job, spec)
                 continue
             coro = self._run_async(job, spec.fn, spec.takes_ctx)
-            if job.context is None:
-                job.task = loop.create_task(coro)
-            else:  # traced: the handler runs with its consumer span current
-                job.task = loop.create_task(coro, context=job.context)
+            job.task = loop.create_task(coro, context=job.context)  # traced: its span current
 
     def _start_thread(self, job: Held, spec: HandlerSpec) -> None:
         """A sync handler, in a thread of the pool (its slot taken, its timeout armed)."""
         try:
             call, payload = spec.call, job.claimed.payload
             if job.context is None:
-                work = self.pool.submit(call, payload, job.ctx)
+                work = self.pool.submit(in_job, job, call, payload, job.ctx)
             else:  # traced: the handler runs with its consumer span current
-                work = self.pool.submit(job.context.run, call, payload, job.ctx)
+                work = self.pool.submit(job.context.run, in_job, job, call, payload, job.ctx)
         except RuntimeError as exc:  # the pool was shut down: the worker is closing
             self._returned(job)
             self.decide(job, self.fail(job, describe(exc), "shutdown"))
@@ -186,6 +184,7 @@ class Executor:
         work.add_done_callback(lambda w: call_soon_from_thread(loop, done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
+        set_job(job)  # in the task's own context: its handler's records carry the job
         try:  # the handler's own error is caught inside: it is the job's outcome
             outcome: Outcome | None
             try:

@@ -4,18 +4,52 @@ Every record a worker writes goes through :func:`event`: the message for people,
 ``record.emq`` holding ``event`` and its fields for machines (``emq worker`` prints them as
 JSON lines). :class:`Report` turns what the server answered into those records and the
 run's :class:`~.options.WorkerStats`.
+
+A handler's own records say which job they are about: :data:`JOB` holds the job whose
+handler runs, set once as the handler starts (in its task's context, or in its pool thread
+by :func:`in_job`), and :class:`JobFields` (a filter ``emq worker`` puts on its handler, and
+that a ``--log-config`` file may name) copies its id, name, queue and attempt onto each
+record. Nothing else runs per job: a job whose handler logs nothing costs one set.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ..model.records import Answer
 from .options import WorkerStats
 
 DEBUG = logging.DEBUG
+
+JOB: ContextVar[Any] = ContextVar("emq_job", default=None)
+"""The :class:`~.held.Held` job whose handler runs in this context (None elsewhere)."""
+set_job = JOB.set
+
+
+def in_job(job: Any, call: Callable[[Any, Any], Any], payload: Any, ctx: Any) -> Any:
+    """A sync handler's call in its pool thread, :data:`JOB` set for its records."""
+    set_job(job)
+    return call(payload, ctx)
+
+
+class JobFields(logging.Filter):
+    """Puts the running job on every record a handler emits: ``job_id``, ``job_name``,
+    ``job_queue`` and ``job_attempt`` (empty outside a handler and on emq's own records,
+    which carry their own fields in ``record.emq``). Usable in a ``logging.config``
+    dictionary: ``{"filters": {"job": {"()": "emq.worker.log.JobFields"}}}``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = JOB.get()
+        if job is None or hasattr(record, "emq"):
+            record.job_id = record.job_name = record.job_queue = record.job_attempt = ""
+        else:
+            c = job.claimed
+            record.job_id, record.job_name = c.id, c.name
+            record.job_queue, record.job_attempt = job.queue, c.attempts
+        return True
 
 
 def event(log: logging.Logger, level: str, msg: str, name: str, /, **fields: Any) -> None:

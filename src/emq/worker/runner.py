@@ -76,7 +76,8 @@ class Runner:
         self.loop = asyncio.get_running_loop()
         self.stop = asyncio.Event()
         self.crashed: tuple[str, BaseException] | None = None  # the first component to fail
-        self.outage = Outage(log, factory.shown_url)
+        self.server = factory.shown_url  # password redacted, for the log lines
+        self.outage = Outage(log, self.server)
         soon = functools.partial(call_soon_from_thread, self.loop)  # from the heartbeat thread
         self.hb = Heartbeat(
             {n: Queue(self.sync, n, options=opt) for n, opt in queues.items()},
@@ -153,8 +154,9 @@ class Runner:
         self.watch("acks", flusher)
         self.watch("progress", sender)
         o = self.options
-        self.event("info", "worker started", "started", queues=names, concurrency=o.concurrency,
-                   lease_ms=o.lease_ms, handlers=sorted(self.handlers))  # fmt: skip
+        self.event("info", f"worker started on {self.server}", "started", queues=names,
+                   concurrency=o.concurrency, lease_ms=o.lease_ms,
+                   handlers=sorted(self.handlers), server=self.server)  # fmt: skip
         try:
             for part, step in (("claim", self.claim_loop), ("drain", lambda: self.drain(flusher))):
                 try:
