@@ -141,8 +141,10 @@ def test_embedded_server_is_the_default(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("EMQ_URL", raising=False)
     monkeypatch.setenv("EMQ_HOME", str(tmp_path / "home"))
     try:
-        made = run_json("enqueue", "embedded", "send")
-        assert made["created"]
+        result = CliRunner().invoke(cli, ["enqueue", "embedded", "send", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["created"]  # the notice is on stderr, once
+        assert result.stderr.count("emq: no --url or EMQ_URL: using the embedded Valkey") == 1
         assert (tmp_path / "home" / "server.json").exists()
     finally:
         run("server", "stop", "--dir", str(tmp_path / "home"))
