@@ -37,7 +37,7 @@ def dead(queue: Queue) -> set[str]:
 
 def test_error_key_is_the_first_line_with_whitespace_made_one() -> None:
     assert error_key("smtp  refused\n  at line 3\n") == "smtp refused"
-    assert error_key("\n\n   \ttimeout\t after 30 s") == "timeout after 30 s"
+    assert error_key("\n\n   \ttimeout\t after 30 s") == "timeout after <n> s"
     assert error_key(None) == error_key("") == error_key(" \n ") == NO_ERROR
     long = error_key("x" * 1000)
     assert len(long) == 200 and long.endswith("…")

@@ -1,11 +1,13 @@
-"""``emq dead-letters QUEUE [groups|redrive|purge]``: the dead jobs of QUEUE grouped by error,
-and redrive or purge of every dead job that matches a filter (:mod:`emq.queue._sync.deadletters`).
+"""``emq dead-letters QUEUE [groups|redrive|purge]``: the dead jobs of QUEUE grouped by error
+(:func:`emq.calls.deadletters.error_key`, the dashboard's grouping: numbers, ids, emails and
+hex strings made placeholders, one example each), and redrive or purge of every dead job that
+matches a filter (:mod:`emq.queue._sync.deadletters`).
 
-The filter: ``--error`` (a group, exactly as ``groups`` shows it), ``--error-contains``,
-``--name``, ``--since`` / ``--until`` (when the job died). ``redrive`` and ``purge`` move the
-matching jobs in chunks of ``--chunk`` (one script step per job: a stop mid-way leaves each
-job moved or still dead); with no filter at all they need ``--all``. A job someone else moved
-meanwhile is skipped and counted as such.
+The filter: ``--error`` (a group as ``groups`` shows it, or any error text of it),
+``--error-contains``, ``--name``, ``--since`` / ``--until`` (when the job died). ``redrive``
+and ``purge`` move the matching jobs in chunks of ``--chunk`` (one script step per job: a stop
+mid-way leaves each job moved or still dead); with no filter at all they need ``--all``. A job
+someone else moved meanwhile is skipped and counted as such.
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ def _filter(
 @click.argument(
     "action", type=click.Choice(["groups", "redrive", "purge"]), default="groups", required=False
 )
-@click.option("--error", metavar="TEXT", help="Only the group with this error (as listed).")
+@click.option(
+    "--error", metavar="TEXT", help="Only this error's group (as listed, or any text of it)."
+)
 @click.option("--error-contains", metavar="TEXT", help="Only errors containing TEXT (any case).")
 @click.option("--name", metavar="NAME", help="Only jobs named NAME.")
 @click.option("--since", metavar="WHEN", help="Died at or after WHEN: ms, ISO time, or 15m/2h/3d.")
@@ -88,9 +92,11 @@ def dead_letters(
             if as_json:
                 emit_json({"queue": queue, "groups": [g.as_dict() for g in groups]})
                 return
-            t = table(f"{queue} / dead, by error", "count", "error", "names", "newest", "oldest")
+            t = table(f"{queue} / dead, by error", "count", "error", "example", "names", "newest",
+                      "oldest")  # fmt: skip
             for g in groups:
-                row(t, g.count, g.error, _names(g), _when(g.newest_ms), _when(g.oldest_ms))
+                example = "" if g.example == g.error else g.example
+                row(t, g.count, g.error, example, _names(g), _when(g.newest_ms), _when(g.oldest_ms))
             show(t)
             say(f"{sum(g.count for g in groups)} dead job(s) in {len(groups)} group(s)")
             return
