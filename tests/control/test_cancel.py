@@ -135,6 +135,25 @@ def test_cancel_a_leased_job_asks_its_worker(queue: Queue, client: redis.Redis) 
     check_lanes(client, queue.name)
 
 
+def test_a_cancel_its_worker_carried_out_counts_as_cancelled_not_failed(
+    queue: Queue, client: redis.Redis
+) -> None:
+    """A running job's cancel ends through ``fail``: it is counted in ``cancelled`` only, so
+    ``failed`` (and the dashboard's failure rate) counts failed attempts, not cancels."""
+    a, b = queue.enqueue("send", None, max_attempts=2), queue.enqueue("send", None)
+    ca, cb = sorted(queue.claim(2), key=lambda c: c.id != a)
+    assert queue.cancel(b, "stop") is Cancel.REQUESTED
+    assert queue.fail(ca.id, ca.token, "boom", delay_ms=0) == "scheduled"
+    assert queue.fail(cb.id, cb.token, "cancelled: stop") == Answer.CANCELLED
+    metrics = client.hgetall(QueueKeys.of(queue.name).metrics)
+    assert (metrics.get("failed"), metrics.get("cancelled"), metrics.get("dead")) == (
+        "1",
+        "1",
+        None,
+    )
+    assert queue.counts()["failed"] == 1
+
+
 def test_a_stale_token_cannot_end_a_cancel_requested_job(queue: Queue, client: redis.Redis) -> None:
     job = queue.enqueue("long", None)
     (c,) = queue.claim(lease_ms=5_000)

@@ -5,14 +5,15 @@
 -- min(cap_ms, base_ms * factor^(attempts-1)) * (1 - draw), evaluated on the row's own
 -- attempts; otherwise it is dead-lettered with last_error. A job whose row has 'cancel' (a
 -- cancel asked for while it was leased) is never retried: it ends dead, cancelled
--- (includes/cancel.lua to_cancelled), whatever the caller asked. Safety belt: the same
+-- (includes/cancel.lua to_cancelled), whatever the caller asked, and is counted in
+-- cancelled, not failed (a cancelled attempt is not a failure). Safety belt: the same
 -- fence as complete (in active, unexpired, token equal); a stale worker's failure changes
 -- nothing.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
 -- KEYS[3] dead       ZSET    dead jobs, score = ms of death
--- KEYS[4] metrics    HASH    counters (failed, dead)
+-- KEYS[4] metrics    HASH    counters (failed, dead, cancelled)
 -- KEYS[5] events     STREAM  lifecycle events
 -- KEYS[6] meta       HASH    queue flags (lanes, vtime, concurrency)
 -- ARGV[1] prefix     string  the queue's key prefix, emq:{<queue>}:
@@ -56,15 +57,15 @@ for i = 3, #ARGV, 8 do
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)
     lane_release(f[7], id)
-    redis.call('HINCRBY', k_metrics, 'failed', 1)
     local attempts = tonumber(f[2] or '0')
-    if f[9] then  -- a cancel was requested: no retry, whatever the caller asked
+    if f[9] then  -- a cancel was requested: no retry, whatever the caller asked; not a failure
       to_cancelled(prefix, k_dead, k_metrics, id, f[9], 'active', f[2], f[8], now)
       if f[10] then
         flow_child_done(prefix, prefix .. 'pending', f[10], id, 'cancelled', '', f[11], now)
       end
       out[#out + 1] = ANSWER.cancelled
     elseif retry == '1' and attempts < tonumber(f[3]) then
+      redis.call('HINCRBY', k_metrics, 'failed', 1)
       local delay = math.min(cap, base * factor ^ math.max(0, attempts - 1))
       delay = math.floor(delay * (1 - draw))
       redis.call('HSET', row, 'state', 'scheduled', 'last_error', err)
@@ -72,6 +73,7 @@ for i = 3, #ARGV, 8 do
       out[#out + 1] = ANSWER.scheduled
       emit('event', 'retrying', 'job', id, 'attempts', attempts, 'error', err, 'delay_ms', delay)
     else
+      redis.call('HINCRBY', k_metrics, 'failed', 1)
       redis.call('HSET', row, 'state', 'dead', 'last_error', err, 'died_at', now)
       redis.call('ZADD', k_dead, now, id)
       redis.call('HINCRBY', k_metrics, 'dead', 1)
