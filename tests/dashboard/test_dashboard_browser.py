@@ -13,12 +13,14 @@ Screenshots of every page are saved as artefacts (``browser_support.screenshot``
 The markup these tests rely on (keep it stable when editing the templates): ``<main id="main">``
 with one ``<h1>``; the overview's ``tr[data-queue][data-paused]`` with ``td[data-count=LOC]``;
 the queue page's ``#jobs tr[data-job]``; the job page's ``#payload``, ``#error`` and
-``#timeline li[data-event]``; ``form#search`` (fields ``queue``, ``q``) and ``#results
+``#timeline li[data-event]`` (a run of progress events one ``li[data-updates=N]`` with its
+earlier values in a ``<details>``); ``form#search`` (fields ``queue``, ``q``) and ``#results
 tr[data-job][data-source]``; the dead letters' ``#groups tr[data-error]`` with ``td[data-count]``,
 ``#bulk-progress`` and ``#bulk-status`` (ending in "done"); ``#workers tr[data-worker]``;
 ``form#race`` and ``#race-readout``; ``form#login input[name=token]``; every action a
 ``button[data-action=NAME]``, a dangerous one confirmed in ``dialog#confirm`` by
-``button[data-confirm]``; ``#flash`` after an action.
+``button[data-confirm]`` (``button[data-cancel]`` backs out; each is named by the form's
+``data-yes`` / ``data-no``: "Cancel job" / "Keep running"); ``#flash`` after an action.
 
 Skipped without chromium or playwright unless ``EMQ_REQUIRE_BROWSER=1`` (``browser_support``).
 """
@@ -39,6 +41,7 @@ import redis
 
 from emq import Permanent, Queue, Worker
 from emq.archive import Archive
+from emq.calls.control import encode_progress
 from emq.embedded.standalone import EmbeddedServer, valkey_binary
 from emq.queue._sync.stream import read_range
 
@@ -238,6 +241,57 @@ def test_the_job_page_shows_every_step_of_an_archived_job_and_redrives_it_to_pen
     row = queue.job(job)
     assert row is not None and row.state == "pending"
     assert job in {j.id for j in queue.jobs("pending")}
+
+
+def running_with_progress(queue: Queue, updates: int) -> str:
+    """A job that failed once, was retried and now runs, having reported ``updates`` progress
+    values (one script call: each value its own ``progress`` event, as a worker's flusher
+    sends them twice a second); returns its id."""
+    job = str(queue.enqueue("import", {"file": "customers-2026-11.csv", "rows": 276_000},
+                            max_attempts=3))  # fmt: skip
+    (c,) = queue.claim(1)
+    assert queue.fail(c.id, c.token, "connection reset by peer", delay_ms=0) == "scheduled"
+    queue.promote_due()
+    (c,) = queue.claim(1, lease_ms=600_000)
+    values = [encode_progress({"done": 1_000 * (i + 1), "of": 276_000}) for i in range(updates)]
+    stored = queue.set_progress_many([(job, c.token, v) for v in values])
+    assert all(isinstance(at, int) for at in stored)
+    return job
+
+
+def test_an_active_jobs_progress_is_one_line_and_its_cancel_dialog_names_both_choices(
+    page: Any, queue: Queue
+) -> None:
+    job = running_with_progress(queue, 240)  # two minutes at the default interval
+    page.goto(f"/queues/{queue.name}/jobs/{job}")
+    lines = page.locator("#timeline > li[data-event]")
+    shown = lines.evaluate_all("els => els.map(e => e.dataset.event)")
+    assert shown == ["enqueued", "claimed", "retrying", "promoted", "claimed", "progress"], shown
+    run = page.locator('#timeline li[data-event="progress"][data-updates="240"]')
+    expect(run).to_contain_text("240,000 of 276,000 (87%)")
+    expect(run).to_contain_text("240 updates")
+    earlier = run.locator("li[data-update]")
+    expect(earlier.first).to_be_hidden()  # closed until asked
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height <= 2 * DESKTOP["height"], height  # it was about 8,900 px
+    run.locator("summary").click()
+    expect(earlier.first).to_be_visible()
+    assert earlier.count() == 100 and "139 older" in run.inner_text()
+
+    page.locator('button[data-action="cancel"]').click()
+    dialog = page.locator("dialog#confirm[open]")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("button[data-confirm]")).to_have_text("Cancel job")
+    expect(dialog.locator("button[data-cancel]")).to_have_text("Keep running")
+    dialog.locator("button[data-cancel]").click()  # backs out: nothing changes
+    expect(page.locator("dialog#confirm[open]")).to_have_count(0)
+    row = queue.job(job)
+    assert row is not None and row.state == "active" and row.cancel_requested is None
+
+    act(page, 'button[data-action="cancel"]')
+    expect(page.locator("#flash")).to_contain_text("cancel: requested")
+    row = queue.job(job)
+    assert row is not None and row.cancel_requested == "cancelled from the dashboard"
 
 
 def test_bulk_redrive_of_a_filter_of_2000_dead_jobs_completes(page: Any, queue: Queue) -> None:
@@ -647,6 +701,8 @@ def test_screenshots_of_every_page(browser: Any, tmp_path: Path, artifacts: Path
     floor = tmp_path / "floor"
     try:
         job = realistic_data(srv.url(), floor)
+        with Queue.from_url(srv.url(), "imports") as imports:
+            importing = running_with_progress(imports, 240)
         with (
             dashboard(srv.url(), tmp_path / "log", args=["--floor-dir", str(floor)]) as board,
             live_traffic(srv.url(), 40 if UPDATING else 2) as n_workers,
@@ -670,13 +726,23 @@ def test_screenshots_of_every_page(browser: Any, tmp_path: Path, artifacts: Path
                 if name == "workers":
                     expect(page.locator("#workers tr[data-worker]")).to_have_count(n_workers)
                 screenshot(page, name, artifacts, full=name == "job")
+            page.goto(f"/queues/imports/jobs/{importing}")  # its progress: one line
+            expect(page.locator('#timeline li[data-updates="240"]')).to_be_visible()
+            screenshot(page, "job-progress", artifacts, full=True)
+            page.locator('button[data-action="cancel"]').click()
+            expect(page.locator("dialog#confirm[open] button[data-cancel]")).to_have_text(
+                "Keep running"
+            )
+            screenshot(page, "cancel", artifacts)
+            page.locator("dialog#confirm button[data-cancel]").click()
             page.goto("/race")
             page.locator("form#race").locator("button, input[type=submit]").first.click()
             expect(page.locator("#race-readout")).not_to_be_empty(timeout=60_000)
             screenshot(page, "race", artifacts, full=True)
     finally:
         srv.stop()
-    names = ("overview", "queue", "job", "search", "dead", "workers", "race")
+    names = ("overview", "queue", "job", "job-progress", "cancel", "search", "dead", "workers",
+             "race")  # fmt: skip
     assert {p.name for p in artifacts.glob("dashboard-*.png")} >= {
         f"dashboard-{n}.png" for n in names
     }

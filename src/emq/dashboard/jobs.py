@@ -3,7 +3,8 @@
 - ``GET /queues/{queue}/jobs/{job_id}``: the job's row (its times on the server's clock,
   each with how long ago or how soon: created, runs at, claimed, lease ends, completed,
   died), payload, error and result; its timeline (``history()``: the archive floor and the
-  live tail, or the live tail only when the floor is not here, saying why); its flow parent
+  live tail, or the live tail only when the floor is not here, saying why; a run of progress
+  events one line, :mod:`emq.dashboard.timeline`); its flow parent
   and children; the actions its state allows (:data:`JOB_ACTIONS`).
 - ``POST /queues/{queue}/jobs/{job_id}/redrive|cancel|promote|remove``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
@@ -24,6 +25,7 @@ from ..model.events import Event
 from ..model.ids import check_id
 from ..model.records import Job
 from ..queue._async.queue import AsyncQueue
+from .timeline import collapse
 from .web import action_form, dash, done, render
 
 # the actions each state allows on the job page (emq.model.states.TRANSITIONS)
@@ -74,7 +76,7 @@ async def job_page(request: Request) -> Response:
         "queue": name,
         "job_id": job_id,
         "job": job,
-        "timeline": timeline,
+        "timeline": collapse(timeline),
         "timeline_note": note,
         "actions": JOB_ACTIONS.get(job.state, ()) if job else (),
         "parent": _parent_link(job, name),

@@ -177,14 +177,17 @@ class Live:
             self._watched += Counter()  # drop the names no connection watches any more
 
     def charts(self, name: str) -> dict[str, str]:
-        """The overview's two charts of ``name``: the latest figure as text and the points
-        of each line (see :meth:`rates`)."""
+        """The overview's two charts of ``name``: the latest figure as text, the points of
+        each line (see :meth:`rates`), each drawn to its own top, and that top as its scale
+        (``through_max``, ``failing_max``: "max 12.5/s", "max 4%"; empty while collecting)."""
         through, failing = self.rates(name)
         return {
             "through": f"{through[-1]:.1f}/s" if through else "collecting…",
             "failing": f"{100 * failing[-1]:.0f}%" if failing else "collecting…",
             "through_points": spark(through),
-            "failing_points": spark(failing, top=1.0),
+            "failing_points": spark(failing),
+            "through_max": f"max {max(through):.1f}/s" if through else "",
+            "failing_max": f"max {100 * max(failing):.0f}%" if failing else "",
         }
 
     def rates(self, name: str) -> tuple[list[float], list[float]]:

@@ -2,8 +2,9 @@
 
 - ``GET /queues/{queue}?location=pending&page=1``: its counts (live), limits, lanes and
   repeating jobs, and the jobs of one location, :data:`PAGE_SIZE` a page (at most
-  :data:`MAX_PAGE` pages), with when each was created and, by location, when it runs, its
-  lease ends, it died or it completed (server clock, and how long ago or how soon).
+  :data:`MAX_PAGE` pages; "page N of M", :func:`page_count`), with when each was created
+  and, by location, when it runs, its lease ends, it died or it completed (server clock, and
+  how long ago or how soon).
 - ``POST /queues/{queue}/pause|resume|drain``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
   without the session's CSRF token), then a 303 back to the queue's page with a flash
@@ -38,6 +39,24 @@ def _page_number(text: str | None) -> int:
         return 1
 
 
+def page_count(total: int, page: int, has_next: bool) -> int:
+    """How many pages a listing of ``total`` jobs has, at least 1, at most :data:`MAX_PAGE`;
+    never fewer than the page shown, plus one when the read found a next one (the size and
+    the page are two reads: jobs can arrive in between)."""
+    pages = max(1, -(-total // PAGE_SIZE))
+    if has_next:
+        pages = max(pages, page + 1)
+    return min(pages, MAX_PAGE)
+
+
+async def _location_size(q: AsyncQueue, location: str, counts: dict[str, int]) -> int:
+    """How many jobs ``location`` lists: its set's size (``counts()``), or for
+    ``completed`` the kept completed jobs (``counts()["completed"]`` is the lifetime count)."""
+    if location == "completed":
+        return int(await q.client.zcard(q.core.keys.completed))
+    return counts[location]
+
+
 async def _existing(request: Request, name: str) -> AsyncQueue:
     """The queue ``name``; 404 for a name with no keys that is not among the known queues (a
     typo's page would show an empty queue, and its Pause write keys for a queue nobody sees)."""
@@ -66,6 +85,8 @@ async def queue_page(request: Request) -> Response:
         q.repeats(),
     )
     now_ms = await server_ms(q)  # the jobs' times are shown as ages from it
+    has_next = len(jobs) > PAGE_SIZE
+    total = await _location_size(q, location, counts)
     context = {
         "queue": name,
         "counts": counts,
@@ -76,7 +97,9 @@ async def queue_page(request: Request) -> Response:
         "locations": LOCATIONS,
         "jobs": jobs[:PAGE_SIZE],
         "page": page,
-        "has_next": len(jobs) > PAGE_SIZE,
+        "has_next": has_next,
+        "pages": page_count(total, page, has_next),
+        "total": total,
         "repeats": repeats,
         "shown": SHOWN,
         "now_ms": now_ms,

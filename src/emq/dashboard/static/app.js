@@ -60,18 +60,30 @@
       var line = cell.querySelector("polyline");
       var svg = cell.querySelector("svg");
       var figure = cell.querySelector(".figure");
+      var scale = cell.querySelector("[data-scale]");
+      var top = lines[kind + "_max"] || "";
       if (line) line.setAttribute("points", lines[kind + "_points"]);
       if (figure) figure.textContent = lines[kind];
-      if (svg) svg.setAttribute("aria-label", svg.getAttribute("data-label") + ": " + lines[kind]);
+      if (scale) scale.textContent = top;
+      if (svg) {
+        svg.setAttribute("aria-label", svg.getAttribute("data-label") + ": " + lines[kind] +
+          (top ? " (" + top + ")" : ""));
+      }
     });
   }
 
-  // --- confirmation: a form with data-ask opens <dialog id="confirm"> first ---
+  // --- confirmation: a form with data-ask opens <dialog id="confirm"> first; its buttons say
+  // what they do: data-yes on the form names the one that goes ahead ("Cancel job"), data-no
+  // the one that backs out ("Keep running") ---
   function startConfirm() {
     var dialog = document.getElementById("confirm");
     if (!dialog || typeof dialog.showModal !== "function") return;
     var pending = null;
     var opener = null;
+    var yes = dialog.querySelector("[data-confirm]");
+    var no = dialog.querySelector("[data-cancel]");
+    var yesText = yes.textContent;
+    var noText = no.textContent;
     document.addEventListener("submit", function (ev) {
       var form = ev.target;
       if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-ask")) return;
@@ -79,15 +91,17 @@
       pending = form;
       opener = document.activeElement;
       document.getElementById("confirm-text").textContent = form.getAttribute("data-ask");
+      yes.textContent = form.getAttribute("data-yes") || yesText;
+      no.textContent = form.getAttribute("data-no") || noText;
       dialog.showModal();
     });
-    dialog.querySelector("[data-confirm]").addEventListener("click", function () {
+    yes.addEventListener("click", function () {
       var form = pending;
       pending = null;
       dialog.close();
       if (form) HTMLFormElement.prototype.submit.call(form);
     });
-    dialog.querySelector("[data-cancel]").addEventListener("click", function () {
+    no.addEventListener("click", function () {
       dialog.close();
     });
     dialog.addEventListener("close", function () {
