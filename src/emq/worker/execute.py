@@ -184,7 +184,7 @@ class Executor:
         work.add_done_callback(lambda w: call_soon_from_thread(loop, done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
-        set_job(job)  # in the task's own context: its handler's records carry the job
+        set_job((job.queue, job.claimed))  # in the task's own context, for its handler's logs
         try:  # the handler's own error is caught inside: it is the job's outcome
             outcome: Outcome | None
             try:

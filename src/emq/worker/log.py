@@ -24,14 +24,16 @@ from .options import WorkerStats
 
 DEBUG = logging.DEBUG
 
-JOB: ContextVar[Any] = ContextVar("emq_job", default=None)
-"""The :class:`~.held.Held` job whose handler runs in this context (None elsewhere)."""
+JOB: ContextVar[tuple[str, Any] | None] = ContextVar("emq_job", default=None)
+"""``(queue, claimed)``: the job whose handler runs in this context (None elsewhere). Not the
+:class:`~.held.Held` itself, which holds the task whose context would then hold it: a cycle
+left to the garbage collector, for every job."""
 set_job = JOB.set
 
 
 def in_job(job: Any, call: Callable[[Any, Any], Any], payload: Any, ctx: Any) -> Any:
     """A sync handler's call in its pool thread, :data:`JOB` set for its records."""
-    set_job(job)
+    set_job((job.queue, job.claimed))
     return call(payload, ctx)
 
 
@@ -46,9 +48,9 @@ class JobFields(logging.Filter):
         if job is None or hasattr(record, "emq"):
             record.job_id = record.job_name = record.job_queue = record.job_attempt = ""
         else:
-            c = job.claimed
+            queue, c = job
             record.job_id, record.job_name = c.id, c.name
-            record.job_queue, record.job_attempt = job.queue, c.attempts
+            record.job_queue, record.job_attempt = queue, c.attempts
         return True
 
 
