@@ -333,7 +333,7 @@ async def park(
 
 async def _end(blocking: Any, pops: list[asyncio.Future[Any]]) -> None:
     """Cancel the ``BLPOP`` s still waiting and see them end. redis-py sometimes swallows the
-    cancel of a blocking command (redis-py issue 2028 upstream; on a cluster client often),
+    cancel of a blocking command (a known redis-py limitation; on a cluster client often),
     which then waits out its own timeout, ``poll_ms``. So after ``CANCEL_WAIT_S`` a plain
     client's connections are dropped, which ends such a ``BLPOP`` at once (the next park
     connects anew); a cluster client's are not (a dropped connection makes it relearn its slot
