@@ -4,7 +4,7 @@
    and renewed by the heartbeat until their ack lands.
 2. **Run** (:meth:`Executor.start_ready`): while a slot is free a ready job goes ``RUNNING``,
    an async handler in a task, a sync one in a thread of the pool (no handler: it fails),
-   with the job in :data:`.log.JOB` for the records it emits (one set, in its own context).
+   found by :func:`.log.current_job` for the records it emits (nothing is set per job).
 3. **Record** (:meth:`Executor.decide`): its outcome (:mod:`.outcome`, which states the rules)
    is decided once, by the first of: the handler returning or raising, the watchdog
    (timeout), a refused lease, a cancel's grace period (:mod:`.cancels`), the shutdown. After
@@ -40,7 +40,7 @@ from .connect import Outage
 from .heartbeat import Heartbeat, Lease
 from .held import Held
 from .hooks import Hooks, Outbox
-from .log import Report, in_job, set_job
+from .log import Report, in_job, watch
 from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
 from .outcome import (
     COMPLETE,
@@ -113,6 +113,7 @@ class Executor:
         self._stop = stop
         self._crash = crash  # a bug of the story itself (not a handler's error) stops the run
         self._watchdog = Watchdog(self.loop, self.live, self._timed_out)
+        watch(self)  # handlers' log records find their job in self.live
         self._arm = self._watchdog.arm
         self.acks = AckBuffer(outage, log, self.acked, self.landed, hooks, keeps_results)
 
@@ -184,7 +185,6 @@ class Executor:
         work.add_done_callback(lambda w: call_soon_from_thread(loop, done, job, w))
 
     async def _run_async(self, job: Held, fn: Callable[..., Any], with_ctx: bool) -> None:
-        set_job((job.queue, job.claimed))  # in the task's own context, for its handler's logs
         try:  # the handler's own error is caught inside: it is the job's outcome
             outcome: Outcome | None
             try:

@@ -5,18 +5,20 @@ Every record a worker writes goes through :func:`event`: the message for people,
 JSON lines). :class:`Report` turns what the server answered into those records and the
 run's :class:`~.options.WorkerStats`.
 
-A handler's own records say which job they are about: :data:`JOB` holds the job whose
-handler runs, set once as the handler starts (in its task's context, or in its pool thread
-by :func:`in_job`), and :class:`JobFields` (a filter ``emq worker`` puts on its handler, and
-that a ``--log-config`` file may name) copies its id, name, queue and attempt onto each
-record. Nothing else runs per job: a job whose handler logs nothing costs one set.
+A handler's own records say which job they are about: :class:`JobFields` (a filter ``emq
+worker`` puts on its handler, and that a ``--log-config`` file may name) looks the job up
+when a record is emitted (:func:`current_job`: the pool thread's job, or the job whose task
+is running) and copies its id, name, queue and attempt onto the record. Nothing runs per job
+for it: a job whose handler logs nothing costs nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ..model.records import Answer
@@ -24,17 +26,44 @@ from .options import WorkerStats
 
 DEBUG = logging.DEBUG
 
-JOB: ContextVar[tuple[str, Any] | None] = ContextVar("emq_job", default=None)
-"""``(queue, claimed)``: the job whose handler runs in this context (None elsewhere). Not the
-:class:`~.held.Held` itself, which holds the task whose context would then hold it: a cycle
-left to the garbage collector, for every job."""
-set_job = JOB.set
+_RUNNING: weakref.WeakSet[Any] = weakref.WeakSet()  # the executors whose jobs may log
+_THREAD = threading.local()  # .job: the job a pool thread runs now (None between jobs)
+
+
+def watch(executor: Any) -> None:
+    """Let :class:`JobFields` find the jobs ``executor`` runs (its ``live`` set of held jobs,
+    each with its ``task``). Nothing is done per job: a record looks its job up when it is
+    emitted, so a job whose handler logs nothing costs nothing."""
+    _RUNNING.add(executor)
 
 
 def in_job(job: Any, call: Callable[[Any, Any], Any], payload: Any, ctx: Any) -> Any:
-    """A sync handler's call in its pool thread, :data:`JOB` set for its records."""
-    set_job((job.queue, job.claimed))
-    return call(payload, ctx)
+    """A sync handler's call in its pool thread, the thread marked with its job for the
+    handler's records."""
+    _THREAD.job = job
+    try:
+        return call(payload, ctx)
+    finally:
+        _THREAD.job = None
+
+
+def current_job() -> Any:
+    """The held job whose handler emits a record now: this pool thread's, or the one whose
+    task is the running task; None elsewhere."""
+    job = getattr(_THREAD, "job", None)
+    if job is not None:
+        return job
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # a thread with no event loop
+        return None
+    if task is None:
+        return None
+    for executor in list(_RUNNING):
+        for held in list(executor.live):
+            if held.task is task:
+                return held
+    return None
 
 
 class JobFields(logging.Filter):
@@ -44,13 +73,13 @@ class JobFields(logging.Filter):
     dictionary: ``{"filters": {"job": {"()": "emq.worker.log.JobFields"}}}``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        job = JOB.get()
-        if job is None or hasattr(record, "emq"):
+        job = None if hasattr(record, "emq") else current_job()
+        if job is None:
             record.job_id = record.job_name = record.job_queue = record.job_attempt = ""
         else:
-            queue, c = job
+            c = job.claimed
             record.job_id, record.job_name = c.id, c.name
-            record.job_queue, record.job_attempt = queue, c.attempts
+            record.job_queue, record.job_attempt = job.queue, c.attempts
         return True
 
 
