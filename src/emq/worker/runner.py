@@ -292,12 +292,15 @@ class Runner:
                     await first(self.stop, self.room.wait(), *tick)
                 continue
             self._stuck_since = None
+            landed = self._requeued()
             got = await self._claim(room)
             if got is None or got >= room:
                 continue
             # a queue held back by a limit is not empty (maybe by this worker's own acks still
             # on their way): a burst run waits for the wake-up
             if got == 0 and not (self._retry_in or self._blocked) and self._burst_idle(stuck=False):
+                if self._requeued() != landed:  # an ack that landed while the claim was out
+                    continue  # put a job back (a retry, a parent made ready): claim again
                 if await self._burst_end(again=True):
                     return
                 continue  # a parent it told may be a job of these queues: claim again
@@ -320,6 +323,12 @@ class Runner:
         else:
             self.event("info", "queue empty: burst run done", "idle")
         return True
+
+    def _requeued(self) -> int:
+        """Acks landed so far that may have made a job claimable again: retries, holds, and
+        completions (a flow parent's last child)."""
+        s = self.stats
+        return s.retried + s.rate_limited + s.completed
 
     def _burst_idle(self, *, stuck: bool) -> bool:
         """In burst mode: True once the queues gave nothing and nothing is left to decide, or
