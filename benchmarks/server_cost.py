@@ -9,7 +9,8 @@ unless ``--aof``) and, in each round, on a flushed server, reads ``INFO cpu``
 
 - **enqueue**: one ``Queue.enqueue_many`` of ``--jobs`` no-op jobs (default options, so
   events on; 1,000 jobs per script call, pipelined as ``enqueue_many`` does);
-- **claim**: ``Queue.claim(--batch)`` until the queue is empty, as a worker claims;
+- **claim**: ``Queue.claim(--batch)`` until the queue is empty, as a worker claims (naming
+  itself, so each row keeps its holder);
 - **complete**: ``Queue.complete_many`` of each claimed batch, as the worker's acks do
   (``emq.worker.acks``: the plain ``complete_many`` when nothing keeps results);
 - **trivial**: ``--jobs`` calls of ``EVALSHA`` of ``return 1``, pipelined ``--batch`` deep
@@ -48,6 +49,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SCRIPT_CMDS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}
 STEPS = ("enqueue", "claim", "complete")
 TARGET = 10.0
+WORKER = "0123456789abcdef0123456789abcdef"  # a registry id's length: a worker names itself
 
 
 Snapshot = tuple[float, float, dict[str, tuple[int, int]]]
@@ -88,7 +90,7 @@ def lifecycle(q: Queue, jobs: int, batch: int) -> dict[str, dict[str, Any]]:
     s1 = snapshot(c)
     claimed: list[list[tuple[str, int]]] = []
     while True:
-        got = q.claim(batch)
+        got = q.claim(batch, worker=WORKER)
         if not got:
             break
         claimed.append([(job.id, job.token) for job in got])

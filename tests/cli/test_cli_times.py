@@ -60,6 +60,7 @@ def test_jobs_and_job_show_run_at_and_lease_deadline(
     )
     shown = run("job", qname, running, "--url", url)
     assert shown.startswith(f"id: {running}\nstate: active\n")
+    assert "held by" not in shown  # claimed through the API, by no worker
     deadline = rf"^lease ends: {SOON} \({re.escape(iso(lease.deadline_ms))}\)$"
     assert re.search(deadline, shown, re.M)
     assert re.search(

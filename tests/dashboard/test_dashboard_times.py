@@ -35,10 +35,10 @@ def test_job_page_and_listing_show_run_at_and_lease_deadline(
     dead = make_dead(queue)
     later = queue.enqueue("later", delay_ms=600_000)
     queue.enqueue("retried")
-    (held,) = queue.claim(1, lease_ms=600_000)
+    (held,) = queue.claim(1, lease_ms=600_000, worker="w-first")
     assert queue.fail(held.id, held.token, "boom", delay_ms=300_000) == "scheduled"
     running = queue.enqueue("running")
-    (lease,) = queue.claim(1, lease_ms=600_000)
+    (lease,) = queue.claim(1, lease_ms=600_000, worker="w-holder")
     assert lease.id == running
     soon = re.compile(r"in \d+m \d\ds")  # minutes away: the text, not a speed
     with serve(url) as c:
@@ -48,8 +48,10 @@ def test_job_page_and_listing_show_run_at_and_lease_deadline(
         page = c.get(f"/queues/{qname}/jobs/{held.id}").text  # a retry in its backoff
         assert soon.fullmatch(shown(page, "run_at", client.zscore(k.schedule, held.id)))
         assert re.fullmatch(r"now|.+ ago", shown(page, "claimed", held.token // 1000))
+        assert '<dt>last worker</dt><dd data-field="worker"><a href="/workers">w-first' in page
         page = c.get(f"/queues/{qname}/jobs/{running}").text
         assert soon.fullmatch(shown(page, "lease_deadline", lease.deadline_ms))
+        assert '<dt>held by</dt><dd data-field="worker"><a href="/workers">w-holder<' in page
         assert 'data-time="run_at"' not in page
         page = c.get(f"/queues/{qname}/jobs/{dead}").text
         assert shown(page, "died", queue.job(dead).died_at)  # type: ignore[union-attr]

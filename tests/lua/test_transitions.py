@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import redis
 
-from emq import Answer, Backoff, DuplicateConflict, JobNotFound, JobSpec, Queue, WrongState
+from emq import (
+    Answer,
+    Backoff,
+    DuplicateConflict,
+    InvalidOption,
+    JobNotFound,
+    JobSpec,
+    Queue,
+    WrongState,
+)
 from emq.model.keys import QueueKeys
 
 from ..support.helpers import assert_consistent, where
@@ -104,6 +113,21 @@ def test_claim_leases_on_the_server_clock(queue: Queue, client: redis.Redis) -> 
         score = client.zscore(queue.core.keys.active, c.id)
         assert score == c.deadline_ms and before + 10_000 <= score <= after + 10_000
     assert queue.counts()["active"] == 3 and queue.counts()["pending"] == 2
+    assert_consistent(client, queue.name)
+
+
+def test_claim_names_its_worker_in_the_row_until_the_next_claim(
+    queue: Queue, client: redis.Redis
+) -> None:
+    job_id = queue.enqueue("j")
+    (first,) = queue.claim(1, 10_000, worker="w-1")
+    row = queue.core.keys.job(job_id)
+    assert client.hget(row, "worker") == "w-1" and queue.job(job_id).worker == "w-1"  # type: ignore[union-attr]
+    queue.fail(job_id, first.token, "again", delay_ms=0)
+    queue.claim(1, 10_000)  # a claim naming no worker leaves no stale holder behind
+    assert client.hget(row, "worker") is None and queue.job(job_id).worker is None  # type: ignore[union-attr]
+    with pytest.raises(InvalidOption, match="worker must be"):
+        queue.claim(1, 10_000, worker="w" * 201)
     assert_consistent(client, queue.name)
 
 

@@ -93,7 +93,7 @@ async def test_a_running_worker_is_listed_with_its_load_and_leaves_on_stop(
         await gate.wait()
 
     with Queue.from_url(url, qname) as q:
-        q.enqueue_many([("hold", i) for i in range(2)])
+        ids = q.enqueue_many([("hold", i) for i in range(2)])
     w = Worker([qname, qname + ".idle"], {"hold": hold}, url=url, concurrency=3)
     task = asyncio.create_task(w.run())
 
@@ -114,6 +114,12 @@ async def test_a_running_worker_is_listed_with_its_load_and_leaves_on_stop(
         await aclose_client(aclient)
     shown = run_cli("workers", "--url", url)["workers"]
     assert next(d for d in shown if d["id"] == info.id)["queues"] == [qname, qname + ".idle"]
+    # each running job names its holder, the id `emq workers` lists
+    with Queue.from_url(url, qname) as q:
+        assert [(j.state, j.worker) for j in map(q.job, ids) if j] == [("active", info.id)] * 2
+    assert [run_cli("job", qname, i, "--url", url)["worker"] for i in ids] == [info.id] * 2
+    text = CliRunner().invoke(cli, ["job", qname, ids[0], "--url", url]).output
+    assert f"\nheld by: {info.id}\n" in text
     gate.set()
     w.stop()
     await asyncio.wait_for(task, 30)

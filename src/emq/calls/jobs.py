@@ -120,18 +120,23 @@ class QueueCore:
         keys = [k.pending, k.schedule, k.events, k.wake, k.meta]
         return Call("enqueue", keys, args, _decode_enqueued)
 
-    def claim(self, count: int, lease_ms: int, request: str | None = None) -> Call[Claims]:
+    def claim(
+        self, count: int, lease_ms: int, request: str | None = None, worker: str = ""
+    ) -> Call[Claims]:
         """``request`` names the call so a resend after a lost reply (redis-py retries on
         connection errors) returns the same jobs instead of leasing more; a fresh one by
-        default."""
+        default. ``worker``: the claiming worker's registry id, kept in each leased row
+        (``Job.worker``) until its next claim."""
         check_int("count", count, 1, MAX_BATCH)
         check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS, "ms")
         request = uuid.uuid4().hex if request is None else check_text("request", request, 128)
+        if worker:
+            check_text("worker", worker, 200)
         k = self.keys
         return Call(
             "claim",
             [k.pending, k.active, k.schedule, k.meta, k.events, k.metrics],
-            [k.prefix, self._maxlen, count, lease_ms, request],
+            [k.prefix, self._maxlen, count, lease_ms, request, worker],
             _decode_claimed,
         )
 

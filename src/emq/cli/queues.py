@@ -49,6 +49,7 @@ LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in L
 def _job_dict(job: Job) -> dict[str, Any]:
     d = asdict(job)
     d.pop("fields")
+    d["worker"] = job.worker
     return d
 
 
@@ -77,6 +78,11 @@ def _jobs_table(title: str, state: str, jobs: list[Job], now: int) -> Table:
         row(t, j.id, j.name, j.state, j.attempts, j.stalled, relative(j.created_at, now), *at,
             one_line(j.last_error or ""))  # fmt: skip
     return t
+
+
+# what `emq job` calls the worker in a job's row: the holder of an active lease, else the
+# worker of its latest attempt
+_HOLDER = {True: "held by", False: "last worker"}
 
 
 def _job_times(job: Job) -> list[tuple[str, int | None]]:
@@ -268,6 +274,8 @@ def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
         return
     say(("id", "bold"), ": ", found.id)
     say(("state", "bold"), ": ", found.state)
+    if found.worker:  # emq workers lists it while it runs
+        say((_HOLDER[found.state == "active"], "bold"), ": ", found.worker)
     for label, ms in _job_times(found):
         if ms is not None:
             say((label, "bold"), ": ", when(ms, now))

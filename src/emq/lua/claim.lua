@@ -30,6 +30,8 @@
 -- ARGV[3] count      integer most jobs to lease, 1..1000
 -- ARGV[4] lease_ms   integer lease length in ms, > 0
 -- ARGV[5] request    string  the call's request id, '' for none
+-- ARGV[6] worker     string  the claiming worker's registry id, stored as the row's 'worker'
+--                            ('' or absent: the field is cleared)
 -- Returns: flat array: deadline ms, the ids found without their row (an evicted or hand-deleted
 --          row: dropped from the set, counted in metrics 'missing', a 'missing' event each),
 --          retry_in ms (when fewer than count were leased because of a rate limit or a hold:
@@ -56,6 +58,7 @@ local maxlen = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 local request = ARGV[5]
+local worker = ARGV[6] or ''
 
 use_events(k_events, maxlen)
 
@@ -153,7 +156,13 @@ local function lease(id, lane, from)
   local token = now_token
   local after = tonumber(f[1] or '0') + 1
   if after > now_us then token = string.format('%.0f', after) end
-  redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
+  if worker ~= '' then
+    redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts,
+      'worker', worker)
+  else
+    redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
+    redis.call('HDEL', row, 'worker')
+  end
   leased_ids[#leased_ids + 1] = deadline
   leased_ids[#leased_ids + 1] = id
   local n = #out

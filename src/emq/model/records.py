@@ -156,6 +156,12 @@ class Job:
         return self.fields.get("lifo") == "1"
 
     @property
+    def worker(self) -> str | None:
+        """The registry id of the worker that claimed its latest attempt (``emq workers``);
+        for an active job, the worker holding its lease. None if no worker claimed it."""
+        return self.fields.get("worker") or None
+
+    @property
     def claimed_at(self) -> int | None:
         """When its latest attempt was claimed (server ms), read from its token, which the
         claim derives from the server clock in us (later only if that clock stepped back);

@@ -359,8 +359,8 @@ class Runner:
             if want <= 0:
                 break
             # one request id for every re-send: a claim whose reply was lost returns its jobs
-            request = uuid.uuid4().hex
-            claim = functools.partial(q.claim, want, self.options.lease_ms, request=request)
+            claim = functools.partial(q.claim, want, self.options.lease_ms,
+                request=uuid.uuid4().hex, worker=self.presence.id)  # fmt: skip
             before, sent = self.jobs.finished, self.loop.time()
             # every slot ran dry before this claim went, soon after the last reply landed
             drained = before > 0 and not self.jobs.busy and not self.jobs.ready

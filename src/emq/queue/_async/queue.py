@@ -236,13 +236,13 @@ class AsyncQueue(AsyncControl, AsyncReads, AsyncSettings, ShellBase):
             pass
         self._announced.update(new)
 
-    async def claim(
-        self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *, request: str | None = None
-    ) -> Claims:
+    async def claim(self, count: int = 1, lease_ms: int = DEFAULT_LEASE_MS, *,
+                    request: str | None = None, worker: str = "") -> Claims:  # fmt: skip
         """Lease up to ``count`` jobs. A connection error is raised, not retried: call again
         with the same ``request`` id and, if the first call had landed, the server returns the
-        same jobs (for ``lease_ms``, at most 60 s) instead of leasing more."""
-        return await self._run(self.core.claim(count, lease_ms, request))
+        same jobs (for ``lease_ms``, at most 60 s) instead of leasing more. ``worker`` names
+        the holder in each leased row (``Job.worker``)."""
+        return await self._run(self.core.claim(count, lease_ms, request, worker))
 
     async def extend(self, job_id: str, token: int, lease_ms: int = DEFAULT_LEASE_MS) -> int:
         """Extend a held lease; returns the new deadline (server ms) or raises LeaseLost, or
