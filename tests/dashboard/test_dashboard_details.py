@@ -203,3 +203,23 @@ def test_a_listing_says_page_n_of_m(url: str, queue: Queue, qname: str) -> None:
     assert last.count("<tr data-job=") == 18
     assert "Page 9 of 3" in beyond and "No pending jobs on this page" in beyond
     assert "Page 1 of 1" in done and "completed jobs, page 1 of 1 (0 in all)" in done
+
+
+# --- the queue's stored settings ----------------------------------------------------------------
+
+
+def test_the_queue_page_shows_the_settings_stored_with_the_queue(
+    url: str, queue: Queue, qname: str
+) -> None:
+    queue.enqueue("x")
+    with serve(url) as c:
+        page = c.get(f"/queues/{qname}").text
+        assert '<p id="settings">None stored: each process uses its own options.</p>' in page
+        queue.configure(result_ttl_ms=3_600_000, keep_completed=(86_400_000, 100), max_attempts=5)
+        page = c.get(f"/queues/{qname}").text
+    shown = dict(re.findall(r"<dt>(\w+)</dt><dd>([^<]*)</dd>", page.split('id="settings"')[1]))
+    assert shown == {
+        "result_ttl_ms": "1h 00m",
+        "keep_completed": "100 jobs for 24h 00m",
+        "max_attempts": "5",
+    }

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,7 +26,7 @@ from ..queue._async.queue import AsyncQueue
 from ..server.discovery import ahas_keys, ais_known
 from .jobs import server_ms
 from .live import SHOWN
-from .web import action_form, dash, done, render
+from .web import action_form, age, dash, done, render
 
 LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
@@ -57,6 +58,15 @@ async def _location_size(q: AsyncQueue, location: str, counts: dict[str, int]) -
     return counts[location]
 
 
+def shown_setting(name: str, value: Any) -> str:
+    """A stored queue setting as the queue page shows it (docs/control.md, Queue settings)."""
+    if name == "keep_completed":
+        return "none" if value is None else f"{value[1]} jobs for {age(value[0])}"
+    if name == "result_ttl_ms":
+        return age(value) if value else "no results kept"
+    return str(value)
+
+
 async def _existing(request: Request, name: str) -> AsyncQueue:
     """The queue ``name``; 404 for a name with no keys that is not among the known queues (a
     typo's page would show an empty queue, and its Pause write keys for a queue nobody sees)."""
@@ -76,13 +86,14 @@ async def queue_page(request: Request) -> Response:
         raise HTTPException(404, "no such location")
     page = _page_number(request.query_params.get("page"))
     offset = (page - 1) * PAGE_SIZE
-    counts, paused, lanes, limits, jobs, repeats = await asyncio.gather(
+    counts, paused, lanes, limits, jobs, repeats, settings = await asyncio.gather(
         q.counts(),
         q.is_paused(),
         q.lanes(),
         q.limits(),
         q.jobs(location, offset, PAGE_SIZE + 1),
         q.repeats(),
+        q.stored_settings(),
     )
     now_ms = await server_ms(q)  # the jobs' times are shown as ages from it
     has_next = len(jobs) > PAGE_SIZE
@@ -101,6 +112,7 @@ async def queue_page(request: Request) -> Response:
         "pages": page_count(total, page, has_next),
         "total": total,
         "repeats": repeats,
+        "settings": [(k, shown_setting(k, v)) for k, v in settings.items()],
         "shown": SHOWN,
         "now_ms": now_ms,
     }
