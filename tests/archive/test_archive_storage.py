@@ -36,7 +36,7 @@ from emq.queue._sync.stream import read_range
 from ..support.helpers import expire_leases
 from .test_archive import Producer
 
-if not os.environ.get("CI"):  # in CI the test extra provides them: fail there, never skip
+if not os.environ.get("CI"):  # in CI the test group provides them: fail there, never skip
     pytest.importorskip("moto.server")
     pytest.importorskip("boto3")
 

@@ -2,7 +2,7 @@
 headless Chromium driven by Playwright.
 
 Chromium is Debian's package (``apt-get install chromium``: ``/usr/bin/chromium``, or the path
-in ``EMQ_CHROMIUM``), launched by Playwright from the test extra; ``playwright install`` is never
+in ``EMQ_CHROMIUM``), launched by Playwright from the test group; ``playwright install`` is never
 needed. Without either, the browser tests skip with a message saying how to enable them; with
 ``EMQ_REQUIRE_BROWSER=1`` (set by ``.ci/run``) they fail instead.
 
@@ -39,7 +39,7 @@ DOCS_IMG = ROOT / "docs" / "img"
 DESKTOP = {"width": 1200, "height": 800}
 PHONE = {"width": 390, "height": 844}
 START_TIMEOUT_S = 60.0  # bounds a hang of the dashboard's start, not its speed
-HOW = "install Debian's chromium (`apt-get install chromium`) and the test extra (playwright)"
+HOW = "install Debian's chromium (`apt-get install chromium`) and the test group (playwright)"
 
 
 def missing() -> str | None:

@@ -77,7 +77,7 @@ def remove(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
 
     \b
     A leased job's worker learns it at its next heartbeat or ack (LeaseLost); a flow's
-    child counts as removed for its parent (docs/flows.md)."""
+    child counts as removed for its parent (docs: flows.md)."""
     with open_routed(url, queue) as q:
         try:
             where = q.remove(job_id)

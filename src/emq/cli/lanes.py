@@ -158,7 +158,7 @@ def _find(q: Queue, name: str) -> Lane:
 @url_option
 @json_option
 def lanes(queue: str, url: str | None, as_json: bool) -> None:
-    """List QUEUE's lanes and its limits (docs/lanes.md).
+    """List QUEUE's lanes and its limits (docs: lanes.md).
 
     \b
     Every lane with waiting or leased jobs or settings of its own: weight, its concurrency and
@@ -277,7 +277,7 @@ def limits(
     weight: int | None, lane_concurrency: int | None, lane_rate: str | None,
     url: str | None, as_json: bool,
 ) -> None:  # fmt: skip
-    """Show or change the limits of QUEUE, or of one lane with --lane (docs/lanes.md).
+    """Show or change the limits of QUEUE, or of one lane with --lane (docs: lanes.md).
 
     \b
     With no setting flag: show them. With flags: only the limits named change, the others

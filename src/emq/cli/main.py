@@ -67,15 +67,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "List QUEUE's jobs in STATE (pending, active, scheduled or dead), in the set's "
         "order; `completed`: the kept completed jobs (keep_completed), newest first.",
     ),
-    "lanes": ("lanes", "List QUEUE's lanes and its limits (docs/lanes.md)."),
+    "lanes": ("lanes", "List QUEUE's lanes and its limits (docs: lanes.md)."),
     "limits": (
         "lanes",
-        "Show or change the limits of QUEUE, or of one lane with --lane (docs/lanes.md).",
+        "Show or change the limits of QUEUE, or of one lane with --lane (docs: lanes.md).",
     ),
     "metrics": (
         "metrics",
         "Prometheus metrics of the queues: counts per location, lifetime counters, oldest "
-        "waiting job's age, paused (docs/observability.md).",
+        "waiting job's age, paused (docs: observability.md).",
     ),
     "obliterate": (
         "delete",
@@ -107,7 +107,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": (
         "queues",
         "Counts per location for QUEUE, or for every queue on the server, and the limits "
-        "of each queue that has any (docs/lanes.md).",
+        "of each queue that has any (docs: lanes.md).",
     ),
     "sweep": (
         "queues",
@@ -186,7 +186,16 @@ class LazyGroup(click.Group):
         return guarded(ctx, lambda: super(LazyGroup, self).invoke(ctx))
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+DOCS_URL = "https://github.com/emq-dev/emq/tree/main/docs"
+"""Where ``(docs: NAME.md)`` in a help text is: the wheel ships no docs (the project's
+Documentation URL, which ``tests/unit/test_packaging.py`` keeps equal to this)."""
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=f"\b\nThe docs (docs: NAME.md in a help text):\n{DOCS_URL}",
+)
 @click.version_option(__version__, prog_name="emq")
 def cli() -> None:
     """emq: a reliable job queue on Valkey and Redis."""

@@ -19,7 +19,7 @@ Start = Callable[[str, list[tuple[str, str]]], Any]
 @click.group()
 def metrics() -> None:
     """Prometheus metrics of the queues: counts per location, lifetime counters, oldest
-    waiting job's age, paused (docs/observability.md)."""
+    waiting job's age, paused (docs: observability.md)."""
 
 
 @metrics.command()

@@ -183,9 +183,9 @@ def sweep(queue: str, max_stalled: int, limit: int, url: str | None, as_json: bo
 @json_option
 def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -> None:
     """Counts per location for QUEUE, or for every queue on the server, and the limits of
-    each queue that has any (docs/lanes.md).
+    each queue that has any (docs: lanes.md).
 
-    A partitioned queue is one row, its partitions' counts summed (docs/partitions.md)."""
+    A partitioned queue is one row, its partitions' counts summed (docs: partitions.md)."""
     from .partitions import fold, partitioned_stats
 
     resolved = resolve_url(url)

@@ -28,7 +28,7 @@ def _keep(text: str | None) -> tuple[int, int] | None:
 @click.option("--max-attempts", type=int, help="Attempts of a job enqueued without its own.")
 @click.option("--events-maxlen", type=int, help="The event stream's cap (0: no events).")
 @click.option("--durability", type=click.Choice(["none", "aof", "replica"]),
-              help="What each state change waits for (docs/guarantees.md).")  # fmt: skip
+              help="What each state change waits for (docs: guarantees.md).")  # fmt: skip
 @click.option("--durability-replicas", type=int, help="Replicas `replica` waits for.")
 @url_option
 @json_option

@@ -86,15 +86,16 @@ async def queue_page(request: Request) -> Response:
         raise HTTPException(404, "no such location")
     page = _page_number(request.query_params.get("page"))
     offset = (page - 1) * PAGE_SIZE
-    counts, paused, lanes, limits, jobs, repeats, settings = await asyncio.gather(
+    stored = asyncio.ensure_future(q.stored_settings())  # alongside the six reads below
+    counts, paused, lanes, limits, jobs, repeats = await asyncio.gather(
         q.counts(),
         q.is_paused(),
         q.lanes(),
         q.limits(),
         q.jobs(location, offset, PAGE_SIZE + 1),
         q.repeats(),
-        q.stored_settings(),
     )
+    settings = await stored
     now_ms = await server_ms(q)  # the jobs' times are shown as ages from it
     has_next = len(jobs) > PAGE_SIZE
     total = await _location_size(q, location, counts)
