@@ -243,6 +243,9 @@ def test_the_job_page_shows_every_step_of_an_archived_job_and_redrives_it_to_pen
     assert job in {j.id for j in queue.jobs("pending")}
 
 
+HOLDER = "importer-1:4121:3e1a9b2c"  # the registry id of the worker that holds the import
+
+
 def running_with_progress(queue: Queue, updates: int) -> str:
     """A job that failed once, was retried and now runs, having reported ``updates`` progress
     values (one script call: each value its own ``progress`` event, as a worker's flusher
@@ -252,7 +255,7 @@ def running_with_progress(queue: Queue, updates: int) -> str:
     (c,) = queue.claim(1)
     assert queue.fail(c.id, c.token, "connection reset by peer", delay_ms=0) == "scheduled"
     queue.promote_due()
-    (c,) = queue.claim(1, lease_ms=600_000)
+    (c,) = queue.claim(1, lease_ms=600_000, worker=HOLDER)
     values = [encode_progress({"done": 1_000 * (i + 1), "of": 276_000}) for i in range(updates)]
     stored = queue.set_progress_many([(job, c.token, v) for v in values])
     assert all(isinstance(at, int) for at in stored)
@@ -269,6 +272,7 @@ def test_an_active_jobs_progress_is_one_line_and_its_cancel_dialog_names_both_ch
     assert shown == ["enqueued", "claimed", "retrying", "promoted", "claimed", "progress"], shown
     run = page.locator('#timeline li[data-event="progress"][data-updates="240"]')
     expect(run).to_contain_text("240,000 of 276,000 (87%)")
+    expect(page.locator('dd[data-field="worker"] a[href="/workers"]')).to_have_text(HOLDER)
     expect(run).to_contain_text("240 updates")
     earlier = run.locator("li[data-update]")
     expect(earlier.first).to_be_hidden()  # closed until asked
@@ -629,6 +633,7 @@ def realistic_data(url: str, floor_dir: Path) -> str:
         emails.enqueue("digest", {"week": 48, "to": f"team{i}@example.com"}, delay_ms=3_600_000)
     Archive(emails, floor_dir / f"{SHOP}.sqlite3").catch_up()
     emails.enqueue("receipt", {"order": 1042, "to": "ada@example.com"})  # a live tail
+    emails.configure(result_ttl_ms=86_400_000, max_attempts=5)  # what its workers all use
 
     thumbs = Queue.from_url(url, "thumbnails")
     thumbs.enqueue_many(
@@ -723,6 +728,8 @@ def test_screenshots_of_every_page(browser: Any, tmp_path: Path, artifacts: Path
                 resp = page.goto(path)
                 assert resp is not None and resp.status == 200, path
                 expect(page.locator("main#main h1")).to_be_visible()
+                if name == "queue":
+                    expect(page.locator("dl#settings")).to_contain_text("max_attempts5")
                 if name == "workers":
                     expect(page.locator("#workers tr[data-worker]")).to_have_count(n_workers)
                 screenshot(page, name, artifacts, full=name == "job")
