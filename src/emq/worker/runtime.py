@@ -108,16 +108,22 @@ class Worker:
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
         result_ttl_ms: int | None = None,
+        isolation: str = "thread",
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> None:
         """Register ``fn`` for jobs named ``name``, with an optional retry policy of its own:
         ``max_attempts`` (the job's own, set at enqueue, also applies: the smaller wins),
         ``timeout_ms`` (hard limit of one attempt), ``backoff`` (delay before a retry), and
         ``result_ttl_ms``: keep its return value (JSON) that long, readable with
-        ``Queue.result`` (None: the queue's ``result_ttl_ms``; 0: not kept)."""
+        ``Queue.result`` (None: the queue's ``result_ttl_ms``; 0: not kept).
+        ``isolation="process"`` runs it in a child process that a timeout kills, capped at
+        ``max_memory_mb`` and replaced after ``max_jobs_per_child`` jobs (:mod:`.children`)."""
         check_job_name(name)
         self.handlers[name] = HandlerSpec.of(
             name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
-            result_ttl_ms=result_ttl_ms,
+            result_ttl_ms=result_ttl_ms, isolation=isolation, max_memory_mb=max_memory_mb,
+            max_jobs_per_child=max_jobs_per_child,
         )  # fmt: skip
 
     def handler(
@@ -128,18 +134,18 @@ class Worker:
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
         result_ttl_ms: int | None = None,
+        isolation: str = "thread",
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> Callable[[F], F]:
         """Decorator: ``@worker.handler("send")``; the name defaults to the function's."""
 
         def deco(fn: F) -> F:
             self.register(
-                name or fn.__name__,
-                fn,
-                max_attempts=max_attempts,
-                timeout_ms=timeout_ms,
-                backoff=backoff,
-                result_ttl_ms=result_ttl_ms,
-            )
+                name or fn.__name__, fn, max_attempts=max_attempts, timeout_ms=timeout_ms,
+                backoff=backoff, result_ttl_ms=result_ttl_ms, isolation=isolation,
+                max_memory_mb=max_memory_mb, max_jobs_per_child=max_jobs_per_child,
+            )  # fmt: skip
             return fn
 
         return deco
