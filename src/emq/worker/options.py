@@ -25,6 +25,7 @@ from ..model.config import (
     SWEEP_LIMIT,
     Backoff,
 )
+from .children import ChildPool, isolated
 
 Handler = Callable[..., Any]
 """``handler(payload, ctx)`` or ``handler(payload)``; sync or ``async def``."""
@@ -110,6 +111,11 @@ class WorkerOptions:
         return self.heartbeat_ms or max(1, self.lease_ms // 3)
 
 
+ISOLATIONS = ("thread", "process")
+"""Where a sync handler runs: a thread of the worker's pool, or a child process
+(:mod:`.children`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HandlerSpec:
     """One registered handler. ``None`` fields fall back to the worker's options."""
@@ -122,6 +128,7 @@ class HandlerSpec:
     timeout_ms: int | None = None
     backoff: Backoff | None = None
     result_ttl_ms: int | None = None  # keep its return value this long (None: the queue's)
+    children: ChildPool | None = None  # isolation="process": its child processes
 
     @classmethod
     def of(
@@ -133,7 +140,14 @@ class HandlerSpec:
         timeout_ms: int | None = None,
         backoff: Backoff | None = None,
         result_ttl_ms: int | None = None,
+        isolation: str = "thread",
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> HandlerSpec:
+        if isolation not in ISOLATIONS:
+            raise InvalidOption(f"isolation must be 'thread' or 'process', got {isolation!r}")
+        if isolation != "process" and (max_memory_mb or max_jobs_per_child):
+            raise InvalidOption("max_memory_mb and max_jobs_per_child need isolation='process'")
         if not callable(fn):
             raise InvalidOption(f"handler for {name!r} is not callable: {fn!r}")
         if max_attempts is not None:
@@ -145,6 +159,14 @@ class HandlerSpec:
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
         )
+        if isolation == "process":  # a sync call in a pool thread, the handler in a child
+            pool = ChildPool(
+                check_int("max_memory_mb", max_memory_mb or 0, 0, 1 << 20, "MiB"),
+                check_int("max_jobs_per_child", max_jobs_per_child or 0, 0),
+            )
+            call = isolated(name, fn, _takes_ctx(fn), is_async, pool)
+            return cls(name, call, False, True, max_attempts, timeout_ms, backoff,
+                       result_ttl_ms, pool)  # fmt: skip
         return cls(
             name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff, result_ttl_ms
         )

@@ -208,6 +208,9 @@ class Worker:
         finally:
             with self._lock:
                 self._running, self._runner, self._stop_asked = False, None, False
+            for spec in self.handlers.values():  # isolation="process": its idle children
+                if spec.children is not None:
+                    spec.children.close()
 
     async def _run(self, handle_signals: bool) -> None:
         factory, stop = self._factory(), asyncio.Event()
