@@ -149,6 +149,18 @@ class InvalidOption(InvalidInput):
     """An option (lease, count, priority, ...) is out of range."""
 
 
+class InvalidArguments(InvalidPayload, TypeError):
+    """A task's arguments do not fit its function (docs/tasks.md): a missing, unknown or extra
+    argument, or a value that is not JSON or does not build its parameter's class. Nothing was
+    written. Also a builtin :class:`TypeError`, as a direct call would raise."""
+
+
+class TaskNotBound(InvalidOption):
+    """A task was enqueued with no queue to send it to (docs/tasks.md, Where a task is sent):
+    its ``Tasks`` was given no URL and no queue (``Tasks.bind``), and no ``using(queue=...)``
+    named one. Nothing was sent."""
+
+
 class InvalidUrl(InvalidInput):
     """A server URL cannot be used."""
 
