@@ -15,7 +15,7 @@ Guarantees:
   free again (a thread running past its timeout keeps its slot; a child does not).
 - **Cancel and shutdown ask first.** For ``cancelled`` and ``shutdown`` the child gets
   ``SIGTERM``, which raises :class:`Stopped` inside the handler (its ``finally`` blocks
-  run); a child still alive ``grace_s`` later is killed.
+  run); a child still alive ``WorkerOptions.cancel_grace_ms`` later is killed.
 - **A dead child fails its attempt with the cause** ("the handler's process died: killed by
   SIGKILL (the OOM killer?)", a segfault's SIGSEGV, an exit code), and the next job gets a
   new child. ``max_memory_mb`` caps the child's address space (``RLIMIT_AS``), so a handler

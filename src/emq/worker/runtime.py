@@ -228,6 +228,9 @@ class Worker:
                 self._starting = None
         if queues is None:
             return  # stopped while it waited for the server: nothing was claimed
+        for spec in self.handlers.values():  # a stopped child is killed after the cancel grace
+            if spec.children is not None:
+                spec.children.grace_s = self.options.cancel_grace_ms / 1000
         run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
         with self._lock:
             self._runner = run
