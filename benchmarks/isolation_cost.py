@@ -69,8 +69,9 @@ def main() -> None:
             srv.stop()
     thread, process = (statistics.median(rates[s]) for s in ("thread", "process"))
     print(f"jobs {a.jobs}, concurrency {a.concurrency}, rounds {a.rounds}")
-    print(f"thread:  {thread:,.0f} jobs/s  (rounds: {', '.join(f'{x:,.0f}' for x in rates['thread'])})")
-    print(f"process: {process:,.0f} jobs/s  (rounds: {', '.join(f'{x:,.0f}' for x in rates['process'])})")
+    for side, rate in (("thread", thread), ("process", process)):
+        rounds = ", ".join(f"{x:,.0f}" for x in rates[side])
+        print(f"{side + ':':8} {rate:,.0f} jobs/s  (rounds: {rounds})")
     print(f"process / thread: {process / thread:.2f}x; extra per job: "
           f"{(1 / process - 1 / thread) * 1e6:,.0f} us of wall time")
 
