@@ -30,6 +30,7 @@ from .connect import ClientFactory
 from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
 from .runner import Runner
 from .startup import first_read
+from .tasks import BaseTask, TaskDecorator, Tasks
 
 F = TypeVar("F", bound=Handler)
 QueueLike = str | Queue | AsyncQueue
@@ -42,6 +43,7 @@ class Worker:
     (the worker opens its own connections to the same server), or a list of them (all on one
     server). ``handlers``: job name -> ``handler(payload, ctx)`` or ``handler(payload)``,
     sync or ``async def``; more can be added with :meth:`handler` or :meth:`register`.
+    ``tasks``: a :class:`~emq.Tasks` (or several) whose tasks it runs (:meth:`include`).
     ``concurrency``, ``lease_ms`` and ``metrics_port`` (serve this worker's Prometheus
     histograms there while it runs: docs/observability.md) override the same fields of
     ``options``.
@@ -67,6 +69,7 @@ class Worker:
         logger: logging.Logger | None = None,
         queue_options: QueueOptions | None = None,
         metrics_port: int | None = None,
+        tasks: Tasks | Iterable[Tasks] | None = None,
     ) -> None:
         items = [queues] if isinstance(queues, str | Queue | AsyncQueue) else list(queues)
         if not items:
@@ -84,6 +87,9 @@ class Worker:
         self.handlers: dict[str, HandlerSpec] = {}
         for name, fn in (handlers or {}).items():
             self.register(name, fn)
+        self._tasks: dict[str, Tasks] = {}  # @worker.task's, by queue
+        for group in [tasks] if isinstance(tasks, Tasks) else list(tasks or ()):
+            self.include(group)
         self.log = logger or logging.getLogger("emq.worker")
         self.stats = WorkerStats()
         self.forced = False
@@ -149,6 +155,43 @@ class Worker:
             return fn
 
         return deco
+
+    def include(self, tasks: Tasks) -> None:
+        """Run the tasks of ``tasks`` (docs/tasks.md), those made later too; its queue must be
+        one of this worker's. A job name that already has another handler is refused."""
+        tasks.serve(self.queue_names, self._add_task)
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        timeout_ms: int | None = None,
+        backoff: Backoff | None = None,
+        result_ttl_ms: int | None = None,
+        lane: str | None = None,
+        priority: int | None = None,
+    ) -> TaskDecorator:
+        """Decorator: ``@worker.task()`` makes the function a task of ``queue`` (default: this
+        worker's first) that this worker runs: as :meth:`Tasks.task <emq.Tasks.task>`, its
+        enqueues sent through the worker's queue object or URL (docs/tasks.md)."""
+        queue = queue or self.queue_names[0]
+        own = self._tasks.get(queue)
+        if own is None:
+            own = self._tasks[queue] = Tasks(queue, url=self.url, options=self.queue_options)
+            for t in self._targets:
+                if not isinstance(t, str) and t.name == queue:
+                    own.bind(t)
+            self.include(own)
+        return own.task(name, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
+                        result_ttl_ms=result_ttl_ms, lane=lane, priority=priority)  # fmt: skip
+
+    def _add_task(self, task: BaseTask[Any, Any]) -> None:
+        held = self.handlers.get(task.name)
+        if held is not None and held.fn is not task.handler:
+            raise InvalidOption(f"job name {task.name!r} already has a handler on this worker")
+        self.register(task.name, task.handler, **task.policy)
 
     @property
     def queue_names(self) -> list[str]:
