@@ -244,7 +244,7 @@ def test_a_dataclass_argument_is_rebuilt_on_the_worker(
     def greet(person: Person, *, loud: bool = False) -> None:
         seen.append(person)
 
-    with pytest.raises(InvalidArguments, match="argument 'person' is not a Person"):
+    with pytest.raises(InvalidArguments, match="argument 'person' cannot be read as Person"):
         greet.enqueue({"name": "x"})  # type: ignore[arg-type]
     assert _keys(client, qname) == []
     job_id = greet.enqueue(Person("Ada", Address("London")), loud=True)

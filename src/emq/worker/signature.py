@@ -34,12 +34,23 @@ _NO_LIMIT = 1 << 62
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """The function's resolved annotations; {} when one cannot be resolved (a class named in a
-    string that the function's module does not define): then only plain ones are used."""
+    """The function's (or dataclass's) resolved annotations. When one cannot be resolved (a
+    class named in a string that its module does not define at top level), the others are
+    resolved one by one and that one stays a string: it is then not rebuilt."""
     try:
         return typing.get_type_hints(fn)
     except Exception:
-        return {}
+        pass
+    scope = getattr(fn, "__globals__", None)
+    if scope is None:
+        scope = vars(inspect.getmodule(fn) or typing)
+    out = {}
+    for key, ann in getattr(fn, "__annotations__", {}).items():
+        try:
+            out[key] = eval(ann, scope) if isinstance(ann, str) else ann
+        except Exception:
+            out[key] = ann
+    return out
 
 
 def _is_model(ann: Any) -> bool:
@@ -147,7 +158,8 @@ class Signature:
             return value.model_dump(mode="json")
         except Exception as exc:
             raise InvalidArguments(
-                f"task {self.name!r}: argument {key!r} is not a {cls.__name__}: {_line(exc)}"
+                f"task {self.name!r}: argument {key!r} cannot be read as {cls.__name__}: "
+                f"{_line(exc)}"
             ) from None
 
     def refusal(self, payload: dict[str, Any], exc: InvalidPayload) -> InvalidPayload:
@@ -189,8 +201,8 @@ class Signature:
                     bound.arguments[key] = _load(cls, bound.arguments[key])
                 except Exception as exc:
                     raise Permanent(
-                        f"task {self.name!r} cannot take its payload: argument {key!r} is "
-                        f"not a {cls.__name__}: {_line(exc)}"
+                        f"task {self.name!r} cannot take its payload: argument {key!r} "
+                        f"cannot be read as {cls.__name__}: {_line(exc)}"
                     ) from None
         return bound.args, bound.kwargs
 
@@ -216,4 +228,5 @@ def _load(cls: type, value: Any) -> Any:
 
 
 def _line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    """An error on one line (a pydantic one spans several), at most 300 characters."""
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
