@@ -6,6 +6,8 @@ fails its job with no retry; the context, ``using()``, async tasks and direct ca
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +303,21 @@ def test_tasks_that_cannot_be_made_are_refused_at_once(qname: str) -> None:
     w = Worker(qname, url="redis://127.0.0.1:1", handlers={"once": lambda p: None})
     with pytest.raises(InvalidOption, match="already has a handler"):
         w.include(tasks)
+
+
+def test_the_docs_first_example_runs(url: str, qname: str, queue: Queue) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "tasks.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    code = code.replace("redis://127.0.0.1:6379/0", url).replace('"emails"', repr(qname))
+    sent: list[tuple[str, str]] = []
+
+    async def smtp_send(to: str, subject: str) -> None:
+        sent.append((to, subject))
+
+    scope: dict[str, Any] = {"smtp_send": smtp_send, "make_thumbnail": lambda i, w: f"{i}@{w}"}
+    exec(compile(code, "docs/tasks.md", "exec"), scope)
+    scope["send"].enqueue("a@b", subject="Hi")
+    scope["resize"].enqueue(image="a.png", width=100)
+    _burst(scope["tasks"], url)
+    assert sent == [("a@b", "Hi")] and queue.counts()["completed"] == 2
+    scope["tasks"].close()

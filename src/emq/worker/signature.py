@@ -194,7 +194,8 @@ class Signature:
         try:
             bound = self._sig.bind(*args, **payload)
         except TypeError as exc:
-            raise Permanent(f"task {self.name!r} cannot take its payload: {exc}") from None
+            why = self._misfit(payload, exc)
+            raise Permanent(f"task {self.name!r} cannot take its payload: {why}") from None
         for key, cls in self._models.items():
             if key in bound.arguments:
                 try:
