@@ -8,6 +8,7 @@ from importlib import resources
 import pytest
 
 from emq.calls import control as edits
+from emq.calls import logs
 from emq.calls import repeats as rep
 from emq.calls.control import cancel_call
 from emq.calls.flows import deliver_call, flow_plan, flow_steps
@@ -58,6 +59,7 @@ SAMPLES = {
     "set_priority": edits.set_priority(core, ID, -3),
     "update_payload": edits.update_payload(core, ID, {"b": 2}),
     "progress": edits.progress(core, [(ID, 1, "0.5"), (ID, 2, '{"done": 3}')]),
+    "job_log": logs.job_log(core, [(ID, 1, "started"), (ID, 1, "done")]),
     "set_repeat": rep.set_repeat(
         core, rep.repeat_spec(core, "nightly", "send", every_ms=9), 1_800_000_000_000
     ),

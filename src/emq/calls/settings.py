@@ -31,6 +31,7 @@ QUEUE_SETTINGS = (
     "durability_replicas",
     "result_ttl_ms",
     "keep_completed",
+    "log_ttl_ms",
 )
 Stored = dict[str, Any]
 

@@ -32,7 +32,7 @@ from .common import (
     url_option,
 )
 from .lanes import stats_limits
-from .times import relative, when
+from .times import iso, relative, when
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -256,21 +256,25 @@ def jobs(
 @click.command()
 @click.argument("queue")
 @click.argument("job_id")
+@click.option("--logs", "with_logs", is_flag=True,
+              help="Then its ctx.log lines, oldest first (kept after it ended).")  # fmt: skip
 @url_option
 @json_option
-def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
+def job(queue: str, job_id: str, with_logs: bool, url: str | None, as_json: bool) -> None:
     """Show one job: its id, state and times (server clock, UTC), then its row."""
     with open_routed(url, queue) as q:
         found = q.job(job_id)
+        logs = [asdict(x) for x in q.job_logs(job_id)] if with_logs else None
         now = 0 if as_json or found is None else server_now(q)
     if found is None:
         if as_json:
-            emit_json({"id": job_id, "found": False})
+            emit_json({"id": job_id, "found": False, **({} if logs is None else {"logs": logs})})
         else:
             say(job_id, ": no such job (completed jobs are deleted)")
-        raise SystemExit(1)
+            _say_logs(logs)
+        raise SystemExit(0 if logs else 1)  # the lines asked for were found: not an error
     if as_json:
-        emit_json(_job_dict(found))
+        emit_json({**_job_dict(found), **({} if logs is None else {"logs": logs})})
         return
     say(("id", "bold"), ": ", found.id)
     say(("state", "bold"), ": ", found.state)
@@ -282,6 +286,16 @@ def job(queue: str, job_id: str, url: str | None, as_json: bool) -> None:
     say(("row", "bold"), ":")
     for k, v in sorted(found.fields.items()):
         say("  ", (k, "bold"), ": ", v)
+    _say_logs(logs)
+
+
+def _say_logs(logs: list[dict[str, Any]] | None) -> None:
+    """The lines of ``emq job --logs`` (none asked: nothing)."""
+    if logs is None:
+        return
+    say(("logs", "bold"), f": {len(logs)} line(s)" if logs else ": none (or expired)")
+    for x in logs:
+        say("  ", (iso(x["at_ms"]), "dim"), f" #{x['attempt']} ", x["line"])
 
 
 @click.command()

@@ -30,6 +30,8 @@ def _keep(text: str | None) -> tuple[int, int] | None:
 @click.option("--durability", type=click.Choice(["none", "aof", "replica"]),
               help="What each state change waits for (docs: guarantees.md).")  # fmt: skip
 @click.option("--durability-replicas", type=int, help="Replicas `replica` waits for.")
+@click.option("--log-ttl-ms", type=int, help="Keep a job's ctx.log lines this long after "
+              "the last one (0: not kept).")  # fmt: skip
 @url_option
 @json_option
 def configure(
@@ -40,6 +42,7 @@ def configure(
     events_maxlen: int | None,
     durability: str | None,
     durability_replicas: int | None,
+    log_ttl_ms: int | None,
     url: str | None,
     as_json: bool,
 ) -> None:
@@ -56,6 +59,7 @@ def configure(
             "events_maxlen": events_maxlen,
             "durability": durability,
             "durability_replicas": durability_replicas,
+            "log_ttl_ms": log_ttl_ms,
         }.items()
         if v is not None
     }

@@ -64,6 +64,8 @@ def shown_setting(name: str, value: Any) -> str:
         return "none" if value is None else f"{value[1]} jobs for {age(value[0])}"
     if name == "result_ttl_ms":
         return age(value) if value else "no results kept"
+    if name == "log_ttl_ms":
+        return age(value) if value else "logs not kept"
     return str(value)
 
 

@@ -24,7 +24,8 @@
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, lanes:conf HASH (read only), events:archived STRING
 --   (read only), flow:<id> HASH, flow:<id>:results HASH, flow:<parent> HASH, waiting ZSET,
---   wake LIST, outbox HASH (a flow's child or parent: docs/flows.md)
+--   wake LIST, outbox HASH (a flow's child or parent: docs/flows.md), logs:<id> LIST (a
+--   retried job's log lines go with it)
 -- Flags: allow-oom
 -- Includes: clock, events, flows, lanes
 local k_pending = KEYS[1]
@@ -59,7 +60,7 @@ for _, set in ipairs(sets) do
       if f[4] then  -- a flow's parent: its record goes with it
         redis.call('DEL', prefix .. 'flow:' .. id, prefix .. 'flow:' .. id .. ':results')
       end
-      redis.call('DEL', row)
+      redis.call('DEL', row, prefix .. 'logs:' .. id)
       redis.call('ZREM', set, id)
       if f[2] then flow_child_done(prefix, k_pending, f[2], id, 'removed', '', f[3], now) end
     end

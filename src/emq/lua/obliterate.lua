@@ -1,8 +1,8 @@
 -- obliterate: every location -> (queue deleted)
 --
 -- Deletes a queue in bounded chunks: up to limit jobs per call across all location sets
--- (every lane's waiting set and the kept completed jobs included; each job's done:<id>
--- list with it); the call that finds them all empty also deletes
+-- (every lane's waiting set, the kept completed jobs and the logs index included; each
+-- job's done:<id> and logs:<id> lists with it); the call that finds them all empty also deletes
 -- events (with the archive's watermark and lease), meta (limits, lane mode), metrics,
 -- stalled-check, wake, the claim logs and every lane's keys. Refuses while jobs are leased unless force = 1. Safety belt: every id leaves its set
 -- with its row and dedup key; the caller repeats until done = 1.
@@ -36,7 +36,8 @@
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
 --   repeats ZSET, repeat-slots HASH, repeat:<key> HASH (every repeating schedule),
 --   waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, outbox HASH (flows: its
---   messages are delivered before it goes), settings HASH (the queue's stored settings)
+--   messages are delivered before it goes), settings HASH (the queue's stored settings),
+--   logs ZSET, logs:<id> LIST (every job's log lines, by the logs index)
 -- Flags: allow-oom
 -- Includes: clock, flows, lanes
 local k_pending = KEYS[1]
@@ -66,6 +67,7 @@ if lane_mode then
   lanes = known_lanes()
   for i = 2, #lanes do sets[#sets + 1] = lane_pending_key(k_pending, lanes[i]) end
 end
+sets[#sets + 1] = prefix .. 'logs'  -- last: the ids whose only key left is their log
 for _, set in ipairs(sets) do
   if removed < limit then
     local ids = redis.call('ZRANGE', set, 0, limit - removed - 1)
@@ -79,7 +81,7 @@ for _, set in ipairs(sets) do
         redis.call('SREM', lane_key(lane_of(f[2]), 'active'), id)
       end
       redis.call('DEL', row, prefix .. 'done:' .. id, prefix .. 'flow:' .. id,
-        prefix .. 'flow:' .. id .. ':results')
+        prefix .. 'flow:' .. id .. ':results', prefix .. 'logs:' .. id)
       redis.call('ZREM', set, id)
       if f[3] and f[5] ~= 'completed' and string.find(f[3], '@', 1, true) then
         flow_child_done(prefix, k_pending, f[3], id, 'removed', '', f[4], now)

@@ -30,7 +30,8 @@
 -- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lane:<L>:active SET,
 --   lanes:full SET, lanes:ring ZSET, wake LIST, done:<id> LIST (result() waiters),
 --   events:archived STRING (read only), waiting ZSET, metrics HASH, flow:<id> HASH,
---   flow:<id>:results HASH, flow:<parent> HASH, flow:<parent>:results HASH
+--   flow:<id>:results HASH, flow:<parent> HASH, flow:<parent>:results HASH, logs:<id> LIST
+--   (the job's log lines go with it)
 -- Flags: allow-oom
 -- Includes: cancel, clock, events, flows, lanes, waiters
 local k_pending = KEYS[1]
@@ -78,6 +79,6 @@ if f[8] then  -- a flow's parent: its unfinished children are cancelled, its rec
   end
 end
 if f[6] then flow_child_done(prefix, k_pending, f[6], id, 'removed', '', f[7], now) end
-redis.call('DEL', row)
+redis.call('DEL', row, prefix .. 'logs:' .. id)
 emit('event', 'removed', 'job', id, 'attempts', f[1] or '0', 'from', where)
 return finish(where)

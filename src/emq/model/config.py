@@ -27,6 +27,7 @@ MAX_DELAY_MS = 10 * 365 * 86_400_000
 MAX_KEEP_MS = 365 * 86_400_000  # the longest a result or a completed job is kept (a year)
 MAX_KEEP_COUNT = 10_000_000  # the most completed jobs keep_completed may retain
 MAX_PARTITIONS = 64  # the most partitions (hash slots) one queue may be split into
+DEFAULT_LOG_TTL_MS = 86_400_000  # how long a job's log lines are kept after its last one (a day)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +92,8 @@ class QueueOptions:
     ``partitions``: split the queue into this many queues, each its own hash slot (1: not
     split, the default; 2..64 need :class:`emq.PartitionedQueue`, and the count is stored on
     the server by the first producer). See docs/partitions.md.
+    ``log_ttl_ms``: how long a job's ``ctx.log`` lines are kept after the last one was
+    written (a day by default; 0: ``ctx.log`` lines are not stored). See docs/control.md.
     """
 
     events_maxlen: int = 10_000
@@ -104,6 +107,7 @@ class QueueOptions:
     result_ttl_ms: int = 0
     keep_completed: tuple[int, int] | None = None
     partitions: int = 1
+    log_ttl_ms: int = DEFAULT_LOG_TTL_MS
 
     def __post_init__(self) -> None:
         check_int("events_maxlen", self.events_maxlen, 0)
@@ -130,3 +134,4 @@ class QueueOptions:
             check_int("keep_completed max_age_ms", keep[0], 1, MAX_KEEP_MS, "ms")
             check_int("keep_completed max_count", keep[1], 1, MAX_KEEP_COUNT)
         check_int("partitions", self.partitions, 1, MAX_PARTITIONS)
+        check_int("log_ttl_ms", self.log_ttl_ms, 0, MAX_KEEP_MS, "ms")

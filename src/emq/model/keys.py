@@ -107,6 +107,17 @@ class QueueKeys:
         """The row of ``job_id``; the caller must have validated the id."""
         return self._k("job:" + job_id)
 
+    def logs(self, job_id: str) -> str:
+        """The LIST of a job's ``ctx.log`` lines, oldest first (emq.calls.logs); the caller
+        must have validated the id."""
+        return self._k("logs:" + job_id)
+
+    @property
+    def logs_index(self) -> str:
+        """ZSET of the ids that have a ``logs:<id>`` list, score = when it expires (ms,
+        server clock): what ``obliterate`` deletes them by."""
+        return self._k("logs")
+
     def flow(self, job_id: str) -> str:
         """A flow parent's HASH child id -> status ('' while unfinished); ``+ ":results"``
         is its HASH child id -> result JSON (docs/flows.md)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..calls.control import encode_progress
+from ..calls.logs import encode_line
 from ..errors import EmqError, LeaseLost
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class JobContext:
     __slots__ = (
         "_beat",
         "_event",
+        "_lines",
         "_loop",
         "_lost",
         "_read_children",
@@ -72,6 +74,7 @@ class JobContext:
         report: Callable[[str], None] | None = None,
         read_children: Callable[[], Coroutine[Any, Any, list[Child]]] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        lines: Callable[[str], None] | None = None,
     ) -> None:
         self.queue = queue
         self.lane = lane
@@ -82,6 +85,7 @@ class JobContext:
         self.stalled = stalled
         self.last_progress: Any = None
         self._report = report  # the worker's progress flusher (None: kept locally only)
+        self._lines = lines  # the worker's log flusher (None: ctx.log keeps nothing)
         self._read_children = read_children  # Queue.children of this job, on the worker's loop
         self._loop = loop
         self._beat = beat
@@ -137,6 +141,19 @@ class JobContext:
         report = self._report
         if report is not None:
             report(text)
+
+    def log(self, line: Any) -> None:
+        """Add ``line`` to the job's log (``Queue.job_logs(id)``, ``emq job QUEUE ID --logs``),
+        kept with the job after it ends for the queue's ``log_ttl_ms``. ``str(line)`` is
+        stored (cut to 8 KiB with a ``[truncated from N bytes]`` marker); never raises for
+        what it is given and never blocks on the server: the worker sends the lines of its
+        jobs in batches (at most one call per ``progress_interval_ms``, and the last lines
+        before the job's outcome), fenced by this attempt's lease token. A job keeps its
+        newest 1,000 lines. Safe from the handler's thread and from the event loop."""
+        text = encode_line(line)
+        lines = self._lines
+        if lines is not None:
+            lines(text)
 
     def heartbeat(self, progress: Any = None) -> None:
         """Report ``progress`` (if not None: :meth:`progress`) and ask the worker's heartbeat

@@ -38,7 +38,7 @@ from ..queue._async.queue import AsyncQueue
 from .acks import AckBuffer, keeps_completions
 from .connect import Outage
 from .heartbeat import Heartbeat, Lease
-from .held import Held
+from .held import Held, Reports
 from .hooks import Hooks, Outbox
 from .log import Report, in_job, watch
 from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
@@ -83,7 +83,7 @@ class Executor:
         room: asyncio.Event,
         stop: asyncio.Event,
         crash: Callable[[str, BaseException], None],
-        progress: Callable[[Lease, str], None] | None,
+        progress: Reports | None,
         keeps_results: bool,
         log: logging.Logger,
     ) -> None:

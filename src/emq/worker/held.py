@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..model.records import Claimed
 from ..queue._async.queue import AsyncQueue
@@ -14,6 +14,18 @@ from .context import JobContext
 from .heartbeat import Lease
 from .options import HandlerSpec
 from .phase import READY
+
+
+class Sink(Protocol):
+    def put(self, lease: Lease, text: str) -> None: ...
+
+
+class Reports(Sink, Protocol):
+    """Where a held job's ``ctx.progress`` values (``put``) and ``ctx.log`` lines
+    (``logs.put``) go: the worker's progress flusher (:class:`~.progress.Progress`)."""
+
+    @property
+    def logs(self) -> Sink: ...
 
 
 class Held(Lease):
@@ -41,7 +53,7 @@ class Held(Lease):
         name: str,
         claimed: Claimed,
         beat: Callable[[], None],
-        report: Callable[[Lease, str], None] | None = None,
+        report: Reports | None = None,
     ) -> None:
         self.queue = name
         self.id = claimed.id
@@ -50,7 +62,7 @@ class Held(Lease):
         self.q = q
         self.claimed = claimed
         self._beat = beat
-        self._report = report  # ctx.progress's sink: the worker's progress flusher
+        self._report = report  # ctx.progress's and ctx.log's sinks: the worker's flushers
         self._ctx: JobContext | None = None
         self.spec: HandlerSpec | None = None
         self.task: asyncio.Task[None] | None = None
@@ -65,7 +77,7 @@ class Held(Lease):
     def ctx(self) -> JobContext:
         ctx = self._ctx
         if ctx is None:
-            c = self.claimed
+            c, r = self.claimed, self._report
             ctx = self._ctx = JobContext(
                 queue=self.queue,
                 id=c.id,
@@ -75,8 +87,9 @@ class Held(Lease):
                 stalled=c.stalled,
                 beat=self._beat,
                 lane=c.lane,
-                report=None if self._report is None else functools.partial(self._report, self),
+                report=None if r is None else functools.partial(r.put, self),
                 read_children=functools.partial(self.q.children, c.id),
                 loop=asyncio.get_running_loop(),
+                lines=None if r is None else functools.partial(r.logs.put, self),
             )
         return ctx

@@ -17,6 +17,9 @@ a value still unsent when the worker stops, or when its lease is lost, is droppe
 :class:`Progress` joins the story's ``before_ack`` hooks (:mod:`.hooks`) with the first value
 a handler reports (on the loop, before that handler's outcome can be queued), and stays:
 a worker whose handlers never report progress never calls it.
+
+It also holds ``ctx.log``'s flusher, :attr:`Progress.logs` (:mod:`.joblogs`, built the same
+way, its own hook), and :meth:`Progress.run` runs both: one task, one sink for a held job.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
 from .heartbeat import Lease
 from .hooks import Hook, Hooks
+from .joblogs import Logs
 
 CHUNK = 1_000
 PRUNE_AT = 4_096  # send times kept before the stale ones are dropped
@@ -60,6 +64,9 @@ class Progress(Hook):
         self._wake = asyncio.Event()
         self.sent = 0  # values the server stored
         self.calls = 0  # progress script calls
+        self.logs = Logs(queues, interval_ms, outage, hooks)  # ctx.log's lines
+        if hooks is not None:
+            hooks.add(self.logs, joined=False)  # joins with the first line logged
 
     def put(self, lease: Lease, text: str) -> None:
         """Keep ``text`` (JSON) as the latest progress of ``lease``; from any thread."""
@@ -78,8 +85,15 @@ class Progress(Hook):
         self._wake.set()
 
     async def run(self) -> None:
+        """Run the progress sender and the log flusher (:meth:`.joblogs.Logs.run`) until
+        cancelled (a bug in either ends both, which the runner reports)."""
+        async with asyncio.TaskGroup() as both:
+            both.create_task(self._send_values(), name="emq-progress-values")
+            both.create_task(self.logs.run(), name="emq-logs")
+
+    async def _send_values(self) -> None:
         """Send what is due, sleep until the next job's interval has passed; wait while
-        nothing is unsent. Ends only by cancellation (or a bug, which the runner reports)."""
+        nothing is unsent."""
         while True:
             await self._wake.wait()
             self._wake.clear()

@@ -127,7 +127,7 @@ class Runner:
         self.jobs = Executor(handlers, o, pool=self.pool, heartbeat=self.hb, hooks=hooks,
                              outbox=outbox, outage=self.outage, report=self.report, stats=stats,
                              room=self.room, stop=self.stop, crash=self.crash,
-                             progress=self.progress.put, keeps_results=keeps, log=log)  # fmt: skip
+                             progress=self.progress, keeps_results=keeps, log=log)  # fmt: skip
         self.acks = self.jobs.acks
         self.cancels = Cancels(jobs=self.jobs, hooks=hooks, grace_ms=o.cancel_grace_ms,
                                stats=stats, log=log)  # fmt: skip

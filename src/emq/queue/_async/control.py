@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio
 
 from ...calls import control as edits
-from ...calls import flows, results
+from ...calls import flows, logs, results
 from ...calls import flows as outbox
 from ...calls import repeats as rep
 from ...calls.call import Call
@@ -368,3 +368,20 @@ class AsyncControl:
         from :func:`emq.calls.control.encode_progress`): per job when (server ms), or ``LOST`` /
         ``GONE`` (nothing written for it)."""
         return list(await self._run(edits.progress(self.core, items)))
+
+    async def append_logs(self, job_id: str, token: int, lines: Iterable[Any]) -> int:
+        """Append ``lines`` (each ``str()``-ed, cut to 8 KiB) to a held job's log now, fenced
+        by its lease token; returns when (server ms). Raises LeaseLost or JobNotFound. A
+        handler calls ``ctx.log`` instead: the worker batches these (docs/control.md)."""
+        items = [(job_id, token, logs.encode_line(line)) for line in lines]
+        if not items:
+            raise InvalidOption("append_logs needs at least one line")
+        stored = await self.append_logs_many(items)
+        expect(stored[0], job_id, "log")
+        return int(cast(int, stored[0]))
+
+    async def append_logs_many(self, items: Iterable[tuple[str, int, str]]) -> list[int | Answer]:
+        """Append log lines of held jobs in one step, each ``(id, token, line`` from
+        :func:`emq.calls.logs.encode_line`), oldest first: per line when (server ms), or
+        ``LOST`` / ``GONE`` (not written)."""
+        return list(await self._run(logs.job_log(self.core, items)))

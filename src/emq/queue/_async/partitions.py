@@ -20,6 +20,7 @@ import redis.asyncio
 
 from ...calls.call import Arg
 from ...calls.control import Cancel
+from ...calls.logs import JobLog
 from ...calls.partitions import (
     FIELD,
     EnqueuePlan,
@@ -230,6 +231,15 @@ class AsyncPartitionedQueue:
         if not found and (other := await self._locate(job_id, first)) is not None:
             found = await other.history(job_id, floor=floor)
         return found
+
+    async def job_logs(self, job_id: str) -> list[JobLog]:
+        """The job's ``ctx.log`` lines (:meth:`emq.AsyncQueue.job_logs`) from its partition
+        (the routed one, then the others: its row may be gone)."""
+        first = await self.partition_of(job_id)
+        for q in [first, *(q for q in await self._members() if q is not first)]:
+            if found := await q.job_logs(job_id):
+                return found
+        return []
 
     async def _members(self) -> list[AsyncQueue]:
         """The partitions, then the plain queue of this name (which holds what was put

@@ -21,6 +21,7 @@ import redis
 
 from ...calls.call import Arg
 from ...calls.control import Cancel
+from ...calls.logs import JobLog
 from ...calls.partitions import (
     FIELD,
     EnqueuePlan,
@@ -231,6 +232,15 @@ class PartitionedQueue:
         if not found and (other := self._locate(job_id, first)) is not None:
             found = other.history(job_id, floor=floor)
         return found
+
+    def job_logs(self, job_id: str) -> list[JobLog]:
+        """The job's ``ctx.log`` lines (:meth:`emq.Queue.job_logs`) from its partition
+        (the routed one, then the others: its row may be gone)."""
+        first = self.partition_of(job_id)
+        for q in [first, *(q for q in self._members() if q is not first)]:
+            if found := q.job_logs(job_id):
+                return found
+        return []
 
     def _members(self) -> list[Queue]:
         """The partitions, then the plain queue of this name (which holds what was put

@@ -16,6 +16,7 @@ import redis
 
 from ...calls.call import COUNT_FIELDS, Call, decode_counts, decode_job
 from ...calls.jobs import QueueCore
+from ...calls.logs import MAX_LINES, JobLog, decode_logs
 from ...errors import InvalidOption, ServerOutOfMemory
 from ...lua import scripts
 from ...model.events import Event
@@ -85,6 +86,16 @@ class Reads:
                 if not one_instant:
                     raise
         return decode_job(job_id, row, run_at, deadline)
+
+    def job_logs(self, job_id: str) -> list[JobLog]:
+        """The job's ``ctx.log`` lines, oldest first (its newest 1,000), each with when the
+        server stored it and the attempt that logged it; read while the job lives and for
+        the queue's ``log_ttl_ms`` after its last line, its row gone or not. Empty when it
+        logged nothing or the lines expired (docs/control.md, Job logs)."""
+        key = self.core.keys.logs(check_id(job_id))
+        with scripts.translated():
+            items = self.client.lrange(key, -MAX_LINES, -1)
+        return decode_logs(cast(list[str], items))
 
     def _read_job(self, p: Any, job_id: str) -> None:
         """Queue the reads of one job on ``p``: its row, its scores in schedule and active."""

@@ -1,0 +1,158 @@
+"""The log flusher: what ``ctx.log(line)`` records reaches the server in batches.
+
+Built like the progress flusher (:mod:`.progress`): ``put`` never blocks on the server; it
+appends the line under a lock (from the handler's thread or the loop) and wakes the task
+only when it was idle. The task sends every unsent line of every job in one ``job_log``
+script call per queue (chunks of 1,000 lines), then waits ``progress_interval_ms`` before the
+next send, so a handler that logs in a tight loop costs the server one call per interval, not
+one per line. Before a batch of acknowledgements is sent, :meth:`flush_jobs` sends the unsent
+lines of those jobs (one call, only if some have one), so a job's last lines are stored
+before its outcome. Each line is fenced by its attempt's lease token: a line of a lease this
+worker no longer holds is refused by the server, and that job's unsent lines are dropped.
+
+Bounded: a job's unsent lines are at most :data:`~emq.calls.logs.MAX_LINES` (the oldest are
+dropped first, as the server trims them). A queue whose ``log_ttl_ms`` is 0 stores no lines:
+they are dropped here. A server error while sending is logged once per episode; the lines
+are kept and sent after a backoff. Like progress, logs are advisory: lines still unsent
+when the worker stops, or when a lease is lost, are dropped.
+
+:class:`Logs` joins the story's ``before_ack`` hooks (:mod:`.hooks`) with the first line a
+handler logs, and stays: a worker whose handlers never log never calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+
+from ..calls.call import MAX_BATCH
+from ..calls.logs import MAX_LINES
+from ..model.records import Answer
+from ..queue._async.queue import AsyncQueue
+from .connect import SERVER_ERRORS, Outage
+from .heartbeat import Lease
+from .hooks import Hook, Hooks
+
+Lines = dict[Lease, deque[str]]
+
+
+class Logs(Hook):
+    """The unsent log lines of each held job, and the task that sends them."""
+
+    def __init__(
+        self,
+        queues: dict[str, AsyncQueue],
+        interval_ms: int,
+        outage: Outage,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self._queues = queues
+        self._hooks = hooks
+        self._interval = interval_ms / 1000
+        self._outage = outage
+        self._lock = threading.Lock()
+        self._unsent: Lines = {}
+        self._idle = True  # the task waits for a first line (put must wake it)
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self.sent = 0  # lines the server stored
+        self.dropped = 0  # lines dropped: over the cap, refused, or not kept by the queue
+        self.calls = 0  # job_log script calls
+
+    def put(self, lease: Lease, line: str) -> None:
+        """Keep ``line`` (from :func:`~emq.calls.logs.encode_line`) for ``lease``; from any
+        thread."""
+        with self._lock:
+            lines = self._unsent.get(lease)
+            if lines is None:
+                lines = self._unsent[lease] = deque(maxlen=MAX_LINES)
+            elif len(lines) == MAX_LINES:
+                self.dropped += 1
+            lines.append(line)
+            if not self._idle:
+                return
+            self._idle = False
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
+            self._loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        """On the loop, after a line arrived while the task was idle."""
+        if self._hooks is not None:
+            self._hooks.join(self)  # from now on, the last lines go before each ack batch
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send what is unsent, then wait one interval; wait while nothing is unsent. Ends
+        only by cancellation (or a bug, which the runner reports)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                due = self._take(None)
+                if not due:
+                    break
+                try:
+                    await self._send(due)
+                except SERVER_ERRORS as exc:
+                    self._restore(due)
+                    await asyncio.sleep(self._outage.failed(exc, "logs"))
+                    continue
+                self._outage.ok("logs")
+                await asyncio.sleep(self._interval)
+
+    def _take(self, leases: list[Lease] | None) -> Lines:
+        """The unsent lines of ``leases`` (None: of every job), taken out; with None and
+        nothing unsent, the task goes idle."""
+        with self._lock:
+            if leases is None:
+                due, self._unsent = self._unsent, {}
+                if not due:
+                    self._idle = True
+                return due
+            return {x: lines for x in leases if (lines := self._unsent.pop(x, None))}
+
+    def _restore(self, sent: Lines) -> None:
+        with self._lock:
+            for lease, lines in sent.items():
+                newer = self._unsent.get(lease)
+                if newer is not None:
+                    lines.extend(newer)  # the deque keeps the newest MAX_LINES
+                self._unsent[lease] = lines
+
+    async def flush_jobs(self, leases: list[Lease]) -> None:
+        """Send the unsent lines of ``leases`` now (their outcome is about to be sent). No
+        I/O when none of them has one."""
+        if not self._unsent:
+            return
+        due = self._take(leases)
+        if due:
+            try:
+                await self._send(due)
+            except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
+                self._outage.failed(exc, "logs")
+            else:
+                self._outage.ok("logs")
+
+    before_ack = flush_jobs  # the hook: a batch of acks is about to be sent
+
+    async def _send(self, due: Lines) -> None:
+        by_queue: dict[str, list[tuple[str, int, str]]] = {}
+        for lease, lines in due.items():
+            items = by_queue.setdefault(lease.queue, [])
+            items.extend((lease.id, lease.token, line) for line in lines)
+        for name, items in by_queue.items():
+            q = self._queues[name]
+            if q.core.options.log_ttl_ms == 0:  # the queue keeps no logs
+                self.dropped += len(items)
+                continue
+            for start in range(0, len(items), MAX_BATCH):
+                chunk = items[start : start + MAX_BATCH]
+                answers = await q.append_logs_many(chunk)
+                self.calls += 1
+                for answer in answers:
+                    if answer in (Answer.LOST, Answer.GONE):
+                        self.dropped += 1
+                    else:
+                        self.sent += 1
