@@ -1,0 +1,59 @@
+"""The one place that knows where Django's task framework lives: ``django.tasks`` (Django 6
+and later) when it is there, else the ``django_tasks`` backport (Django 5.2 on Python 3.11).
+
+Everything the rest of :mod:`emq.contrib.django` uses from the framework is named here, under
+one name whichever module provided it. The framework is untyped for us (Django ships no
+types), so its names are ``Any``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+try:
+    _root: Any = importlib.import_module("django.tasks")
+    FRAMEWORK = "django.tasks"
+except ImportError:  # Django before 6: the backport
+    _root = importlib.import_module("django_tasks")
+    FRAMEWORK = "django_tasks"
+
+_base: Any = importlib.import_module(f"{FRAMEWORK}.base")
+_backends: Any = importlib.import_module(f"{FRAMEWORK}.backends.base")
+_exceptions: Any = importlib.import_module(f"{FRAMEWORK}.exceptions")
+_signals: Any = importlib.import_module(f"{FRAMEWORK}.signals")
+
+BaseTaskBackend: Any = _backends.BaseTaskBackend
+Task: Any = _base.Task
+TaskContext: Any = _base.TaskContext
+TaskError: Any = _base.TaskError
+TaskResult: Any = _base.TaskResult
+TaskResultStatus: Any = _base.TaskResultStatus
+TASK_MIN_PRIORITY: int = _base.TASK_MIN_PRIORITY
+TASK_MAX_PRIORITY: int = _base.TASK_MAX_PRIORITY
+task_backends: Any = _root.task_backends
+task_enqueued: Any = _signals.task_enqueued
+
+# Django 6 renamed a few exceptions of the backport; take whichever this version has
+InvalidTask: type[Exception] = getattr(_exceptions, "InvalidTask", None) or (
+    _exceptions.InvalidTaskError
+)
+ResultDoesNotExist: type[Exception] = getattr(_exceptions, "TaskResultDoesNotExist", None) or (
+    _exceptions.ResultDoesNotExist
+)
+
+__all__ = [
+    "FRAMEWORK",
+    "TASK_MAX_PRIORITY",
+    "TASK_MIN_PRIORITY",
+    "BaseTaskBackend",
+    "InvalidTask",
+    "ResultDoesNotExist",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultStatus",
+    "task_backends",
+    "task_enqueued",
+]
