@@ -149,4 +149,14 @@ def test_emq_job_logs_prints_the_lines_of_a_completed_job(url: str, queue: Queue
     assert as_json.exit_code == 0, as_json.output
     shown = json.loads(as_json.output)
     assert [x["line"] for x in shown["logs"]] == ["first line", "second <b>line</b>"]
-    assert shown["logs"][0]["attempt"] == 1
+    assert shown["logs"][0]["attempt"] == 1 and shown["found"] is False
+    markup = queue.enqueue("x")
+    (c,) = queue.claim(1, lease_ms=30_000)
+    queue.append_logs(markup, c.token, ["[bold]literal[/bold]"])
+    live = runner.invoke(cli, ["job", queue.name, markup, "--logs", "--url", url])
+    assert live.exit_code == 0 and "[bold]literal[/bold]" in live.output  # printed as is
+    assert "state: active" in live.output and "logs: 1 line(s)" in live.output
+    plain = runner.invoke(cli, ["job", queue.name, markup, "--url", url])
+    assert "literal" not in plain.output  # no --logs: no read of them
+    unknown = runner.invoke(cli, ["job", queue.name, "JOB0000000000A", "--logs", "--url", url])
+    assert unknown.exit_code == 1 and "logs: none" in unknown.output

@@ -5,7 +5,9 @@
   died), payload, error and result; its timeline (``history()``: the archive floor and the
   live tail, or the live tail only when the floor is not here, saying why; a run of progress
   events one line, :mod:`emq.dashboard.timeline`); its flow parent
-  and children; the actions its state allows (:data:`JOB_ACTIONS`).
+  and children; its ``ctx.log`` lines (the newest :data:`LOG_LINES_SHOWN`, escaped, each cut
+  to 2,000 characters; shown for a completed job whose row is gone too); the actions its
+  state allows (:data:`JOB_ACTIONS`).
 - ``POST /queues/{queue}/jobs/{job_id}/redrive|cancel|promote|remove``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
   without the session's CSRF token), then a 303 back to the job's page with a flash message
@@ -27,6 +29,8 @@ from ..model.records import Job
 from ..queue._async.queue import AsyncQueue
 from .timeline import collapse
 from .web import action_form, dash, done, render
+
+LOG_LINES_SHOWN = 500  # a job's newest log lines on its page (it keeps at most 1,000)
 
 # the actions each state allows on the job page (emq.model.states.TRANSITIONS)
 JOB_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -67,10 +71,11 @@ async def job_page(request: Request) -> Response:
         job_id = check_id(request.path_params["job_id"])
     except InvalidInput:
         raise HTTPException(404, "no such job") from None
-    job, (timeline, note), children, now_ms = await asyncio.gather(
-        q.job(job_id), _timeline(request, q, job_id), q.children(job_id), server_ms(q)
-    )
-    if job is None and not timeline:
+    job, (timeline, note), children, logs, now_ms = await asyncio.gather(
+        q.job(job_id), _timeline(request, q, job_id), q.children(job_id), q.job_logs(job_id),
+        server_ms(q),
+    )  # fmt: skip
+    if job is None and not timeline and not logs:
         raise HTTPException(404, "no such job")
     context = {
         "queue": name,
@@ -81,6 +86,8 @@ async def job_page(request: Request) -> Response:
         "actions": JOB_ACTIONS.get(job.state, ()) if job else (),
         "parent": _parent_link(job, name),
         "children": children,
+        "logs": logs[-LOG_LINES_SHOWN:],
+        "logs_unlisted": max(0, len(logs) - LOG_LINES_SHOWN),
         "now_ms": now_ms,
     }
     return render(request, "job.html", context)
