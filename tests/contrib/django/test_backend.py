@@ -62,3 +62,11 @@ def test_bad_settings_and_tasks_are_refused_before_anything_is_written(
         EmqTaskBackend("x", {"QUEUES": ["q"], "OPTIONS": {"url": url, "result_ttl_ms": 0}})
     with pytest.raises(InvalidTaskError, match="not valid"):
         tasks.add.using(queue_name="elsewhere")
+
+
+async def test_aenqueue_and_aget_result(backend: Any, tasks: Any, queue: Queue, qname: str) -> None:
+    result = await tasks.shout.using(queue_name=qname).aenqueue("hi")
+    again = await tasks.shout.aget_result(result.id)
+    assert again.status == TaskResultStatus.READY and again.args == ["hi"]
+    job = queue.job(result.id)
+    assert job is not None and job.name == "tests.contrib.django.project.tasks.shout"
