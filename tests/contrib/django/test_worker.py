@@ -29,6 +29,7 @@ def test_a_burst_worker_runs_every_kind_of_task(
     loud = tasks.shout.using(**on).enqueue("hi")
     ctx = tasks.attempt.using(**on).enqueue(tag="t")
     later = tasks.add.using(run_after=timezone.now() + dt.timedelta(hours=1), **on).enqueue(1, 1)
+    stray = queue.enqueue("tests.contrib.django.project.tasks.Refused", {}, max_attempts=1)
 
     done = manage("emq_worker", "--burst", "--queue", qname, "--concurrency", "1",
                   url=url, qname=qname)  # fmt: skip
@@ -54,6 +55,11 @@ def test_a_burst_worker_runs_every_kind_of_task(
     assert tasks.shout.get_result(loud.id).return_value == "HI"
     seen = tasks.attempt.get_result(ctx.id).return_value
     assert seen == {"tag": "t", "id": ctx.id, "attempt": 1, "status": "RUNNING"}
+
+    not_a_task = queue.job(stray)
+    assert not_a_task is not None and not_a_task.state == "dead" and not_a_task.last_error
+    assert not_a_task.last_error.startswith("django_tasks.exceptions.InvalidTaskError: ")
+    assert "is not a task" in not_a_task.last_error
 
     waiting = backend.get_result(later.id)
     assert waiting.status == TaskResultStatus.READY

@@ -26,7 +26,7 @@ from django.utils.module_loading import module_has_submodule
 from ...errors import InvalidOption
 from ...worker import HandlerSpec, JobContext, Worker
 from .backend import EmqTaskBackend, load_task
-from .compat import Task, TaskContext, task_backends
+from .compat import InvalidTask, Task, TaskContext, task_backends
 
 BACKEND_ENV = "EMQ_DJANGO_BACKEND"  # the TASKS alias a worker serves ("default")
 QUEUES_ENV = "EMQ_DJANGO_QUEUES"  # comma-separated queues (default: the backend's QUEUES)
@@ -49,17 +49,20 @@ class TaskHandlers(dict[str, HandlerSpec]):
             return spec
         try:
             task = load_task(name)
-        except Exception as exc:
-            return HandlerSpec.of(name, _raiser(exc))
+        except Exception as exc:  # the module itself may raise anything at import
+            why = str(exc) if isinstance(exc, InvalidTask) else (
+                f"cannot import task {name!r}: {type(exc).__name__}: {exc}"
+            )  # fmt: skip
+            return HandlerSpec.of(name, _raiser(why))
         spec = self[name] = HandlerSpec.of(
             name, handler_for(task, self.alias), result_ttl_ms=self.result_ttl_ms
         )
         return spec
 
 
-def _raiser(exc: Exception) -> Callable[[Any], None]:
+def _raiser(why: str) -> Callable[[Any], None]:
     def cannot_run(payload: Any) -> None:
-        raise exc
+        raise InvalidTask(why)
 
     return cannot_run
 
