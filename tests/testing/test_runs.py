@@ -8,11 +8,12 @@ import asyncio
 
 import pytest
 
-from emq import AsyncQueue, Backoff, InvalidOption, Permanent, Queue, Worker
+from emq import AsyncQueue, Backoff, InvalidOption, Permanent, Queue, QueueOptions, Worker
 from emq.errors import EmqError
 from emq.testing import aenqueued, arun_worker, enqueued, run_worker
 from emq.worker import JobContext
 
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 NOW = Backoff.exactly(0)  # a retry due at once: the same burst run claims it again
 
 
@@ -150,3 +151,12 @@ async def test_aenqueued_reads_an_async_queue(aqueue: AsyncQueue) -> None:
     assert [(j.id, j.payload) for j in await aenqueued(aqueue)] == [(job, {"to": "ada"})]
     assert await aenqueued(aqueue, "other") == []
     await aqueue.close()
+
+
+def test_a_queue_without_events_is_a_clear_error(url: str, qname: str) -> None:
+    with Queue.from_url(url, qname, options=QueueOptions(events_maxlen=0)) as queue:
+        queue.enqueue("noop", None)
+        worker = Worker(queue, {"noop": lambda p: None})
+        with pytest.raises(EmqError, match="events are off"):
+            run_worker(worker)
+        assert worker.stats.completed == 1  # the run itself went as usual

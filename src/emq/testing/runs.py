@@ -17,7 +17,9 @@ no mock in between:
 A burst run leaves a retry whose backoff has not passed in the schedule (outcome
 ``retrying``); register the handler with ``backoff=Backoff.exactly(0)`` to see every
 attempt in one run. Only the jobs the run claimed are reported, from the streams of the
-queues the worker serves by name (not those of a partitioned queue's partitions).
+queues the worker serves by name (not those of a partitioned queue's partitions). A
+stream that holds fewer claims than the run made (events off: ``events_maxlen=0``, or
+trimmed) raises :class:`~emq.errors.EmqError` rather than report less.
 """
 
 from __future__ import annotations
@@ -186,6 +188,25 @@ def _story(queue: str, job: str, events: list[Event], seen: _Seen | None) -> Job
     )
 
 
+async def _read(
+    queues: list[AsyncQueue], start: dict[str, str], seen: dict[str, _Seen]
+) -> tuple[dict[str, JobRun], int]:
+    """The story of each job claimed since ``start``, and how many claims the streams hold."""
+    found: dict[str, JobRun] = {}
+    claims = 0
+    for q in queues:
+        by_job: dict[str, list[Event]] = {}
+        async for e in q.events(after=start[q.name]):
+            if e.job is not None:
+                by_job.setdefault(e.job, []).append(e)
+        for job, events in by_job.items():
+            n = sum(e.event == "claimed" for e in events)
+            if n:
+                claims += n
+                found[job] = _story(q.name, job, events, seen.get(job))
+    return found, claims
+
+
 async def arun_worker(
     worker: Worker | Mapping[str, Handler],
     *,
@@ -205,23 +226,22 @@ async def arun_worker(
     try:
         queues = [AsyncQueue(client, name) for name in w.queue_names]
         start = await _positions(queues)
+        claimed = w.stats.claimed  # a Worker's counters add up over its runs
         w.handlers = {n: _wrapped(spec, seen) for n, spec in handlers.items()}
         w.configure(burst=True)
         try:
             await w.run()
         finally:
             w.options, w.handlers = options, handlers
-        found: dict[str, JobRun] = {}
-        for q in queues:
-            by_job: dict[str, list[Event]] = {}
-            async for e in q.events(after=start[q.name]):
-                if e.job is not None:
-                    by_job.setdefault(e.job, []).append(e)
-            for job, events in by_job.items():
-                if any(e.event == "claimed" for e in events):
-                    found[job] = _story(q.name, job, events, seen.get(job))
+        found, claims = await _read(queues, start, seen)
     finally:
         await aclose_client(client)
+    if claims < w.stats.claimed - claimed:
+        raise EmqError(
+            f"the run claimed {w.stats.claimed - claimed} jobs but the event streams hold "
+            f"{claims} claims: events are off (events_maxlen=0) or were trimmed "
+            "(events_maxlen, an archiver); run_worker reads the outcomes there"
+        )
     return WorkerRun(found, w.stats)
 
 
