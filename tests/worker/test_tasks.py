@@ -23,6 +23,7 @@ from emq import (
     Tasks,
     Worker,
     WorkerOptions,
+    chain,
 )
 
 BURST = WorkerOptions(burst=True, concurrency=2)
@@ -55,6 +56,26 @@ def test_a_typed_enqueue_runs_with_its_arguments(url: str, qname: str, queue: Qu
     _burst(tasks, url)
     assert sorted(seen) == [("a@b", "hi"), ("c@d", "hello")]
     assert queue.counts()["completed"] == 2
+    tasks.close()
+
+
+def test_a_tasks_specs_enqueue_many_and_make_flows(url: str, qname: str, queue: Queue) -> None:
+    tasks = Tasks(qname, url=url)
+    seen: list[str] = []
+
+    @tasks.task(priority=2)
+    def send(to: str) -> str:
+        seen.append(to)
+        return to
+
+    ids = queue.enqueue_many([send.spec(to) for to in ("a", "b")])
+    assert [queue.job(i).payload for i in ids] == [{"to": "a"}, {"to": "b"}]
+    assert queue.job(ids[0]).priority == 2
+    queue.enqueue_flow(chain(send.spec("c"), send.using(lane="last").spec(to="d")))
+    with pytest.raises(InvalidArguments, match="'too'"):
+        send.spec(too="e")  # type: ignore[call-arg]
+    _burst(tasks, url)
+    assert sorted(seen) == ["a", "b", "c", "d"]
     tasks.close()
 
 

@@ -45,6 +45,7 @@ def produce(ctx: JobContext) -> list[str]:
     ids: list[str] = [send.enqueue("a@b"), send.enqueue(to="a", n=2)]
     ids.append(send.using(delay_ms=5, key="k").enqueue("x"))
     ids.append(with_ctx.enqueue(to="x"))
+    ids.extend(spec.name for spec in [send.spec("a"), with_ctx.using(lane="l").spec(to="b")])
     with_ctx(ctx, "direct")
     send("direct", 3)
     return ids
@@ -69,6 +70,10 @@ def produce() -> None:
 
 async def aproduce() -> None:
     await asend.aenqueue("a", "b")
+
+
+def specs() -> None:
+    send.spec(to=2)
 """
 
 EXPECTED = {  # line -> what mypy says there
@@ -78,6 +83,7 @@ EXPECTED = {  # line -> what mypy says there
     8: 'Unexpected keyword argument "ctx"',
     9: 'Missing positional argument "to"',
     13: 'Too many arguments for "aenqueue"',
+    17: 'Argument "to" to "spec" of "BoundTask" has incompatible type "int"',
 }
 
 

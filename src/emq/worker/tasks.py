@@ -23,7 +23,7 @@ from ..calls.call import check_job_name
 from ..calls.jobs import QueueCore
 from ..errors import InvalidOption, InvalidPayload, TaskNotBound
 from ..model.config import Backoff, QueueOptions
-from ..model.records import EnqueuedId
+from ..model.records import EnqueuedId, JobSpec
 from ..queue._async.partitions import AsyncPartitionedQueue
 from ..queue._async.queue import AsyncQueue
 from ..queue._sync.partitions import PartitionedQueue
@@ -241,6 +241,11 @@ class BoundTask(Generic[P]):
             return await q.enqueue(task.name, payload, **self._send)
         except InvalidPayload as exc:
             raise task.signature.refusal(payload, exc) from exc
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """This task's job with these arguments (checked now) and options, as a
+        :class:`~emq.JobSpec` for ``Queue.enqueue_many`` or a flow (docs/flows.md)."""
+        return JobSpec(self._task.name, self._task.signature.payload(args, kwargs), **self._send)
 
     def using(
         self,
