@@ -160,3 +160,22 @@ def test_emq_job_logs_prints_the_lines_of_a_completed_job(url: str, queue: Queue
     assert "literal" not in plain.output  # no --logs: no read of them
     unknown = runner.invoke(cli, ["job", queue.name, "JOB0000000000A", "--logs", "--url", url])
     assert unknown.exit_code == 1 and "logs: none" in unknown.output
+
+
+def test_every_line_of_many_short_jobs_lands_before_their_acks(
+    queue: Queue, client: redis.Redis
+) -> None:
+    """The lines of a send in flight land before the acks of their jobs (which would make
+    them 'gone'): 2,000 one-line jobs, every line stored."""
+    ids = queue.enqueue_many([("one", i) for i in range(2_000)])
+    w = Worker(queue, options=WorkerOptions(burst=True, concurrency=50))
+
+    @w.handler("one")
+    async def one(payload: Any, ctx: JobContext) -> None:
+        ctx.log(f"job {payload}")
+
+    w.run_sync(handle_signals=False)
+    with client.pipeline(transaction=False) as p:
+        for job in ids:
+            p.llen(queue.core.keys.logs(job))
+        assert p.execute() == [1] * len(ids)

@@ -7,7 +7,9 @@ script call per queue (chunks of 1,000 lines), then waits ``progress_interval_ms
 next send, so a handler that logs in a tight loop costs the server one call per interval, not
 one per line. Before a batch of acknowledgements is sent, :meth:`flush_jobs` sends the unsent
 lines of those jobs (one call, only if some have one), so a job's last lines are stored
-before its outcome. Each line is fenced by its attempt's lease token: a line of a lease this
+before its outcome; it waits first for a send already in flight (which may hold lines of
+those jobs: an ack sent on another connection could otherwise land before them, and the
+lines be refused). Each line is fenced by its attempt's lease token: a line of a lease this
 worker no longer holds is refused by the server, and that job's unsent lines are dropped.
 
 Bounded: a job's unsent lines are at most :data:`~emq.calls.logs.MAX_LINES` (the oldest are
@@ -57,6 +59,7 @@ class Logs(Hook):
         self._idle = True  # the task waits for a first line (put must wake it)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._sending = asyncio.Lock()  # held while lines are in flight (the acks wait)
         self.sent = 0  # lines the server stored
         self.dropped = 0  # lines dropped: over the cap, refused, or not kept by the queue
         self.calls = 0  # job_log script calls
@@ -90,17 +93,19 @@ class Logs(Hook):
             await self._wake.wait()
             self._wake.clear()
             while True:
-                due = self._take(None)
-                if not due:
-                    break
-                try:
-                    await self._send(due)
-                except SERVER_ERRORS as exc:
-                    self._restore(due)
-                    await asyncio.sleep(self._outage.failed(exc, "logs"))
-                    continue
-                self._outage.ok("logs")
-                await asyncio.sleep(self._interval)
+                async with self._sending:
+                    due = self._take(None)
+                    if not due:
+                        break
+                    try:
+                        await self._send(due)
+                    except SERVER_ERRORS as exc:
+                        self._restore(due)
+                        pause = self._outage.failed(exc, "logs")
+                    else:
+                        self._outage.ok("logs")
+                        pause = self._interval
+                await asyncio.sleep(pause)
 
     def _take(self, leases: list[Lease] | None) -> Lines:
         """The unsent lines of ``leases`` (None: of every job), taken out; with None and
@@ -124,10 +129,12 @@ class Logs(Hook):
     async def flush_jobs(self, leases: list[Lease]) -> None:
         """Send the unsent lines of ``leases`` now (their outcome is about to be sent). No
         I/O when none of them has one."""
-        if not self._unsent:
+        if not self._unsent and not self._sending.locked():
             return
-        due = self._take(leases)
-        if due:
+        async with self._sending:  # lines in flight land first
+            due = self._take(leases)
+            if not due:
+                return
             try:
                 await self._send(due)
             except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
