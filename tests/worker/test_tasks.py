@@ -16,6 +16,7 @@ import redis
 from emq import (
     AsyncQueue,
     InvalidArguments,
+    InvalidInput,
     InvalidOption,
     JobContext,
     Queue,
@@ -310,6 +311,11 @@ def test_tasks_that_cannot_be_made_are_refused_at_once(qname: str) -> None:
         @tasks.task()
         def odd(ctx: str) -> None:
             pass
+
+    for bad in ({"timeout_ms": 0}, {"priority": -(10**12)}, {"lane": ""}):
+        with pytest.raises(InvalidInput):  # InvalidOption, InvalidName
+            tasks.task("bad", **bad)(lambda: None)  # type: ignore[arg-type]
+    assert len(tasks) == 0
 
     @tasks.task()
     def once() -> None:

@@ -30,6 +30,7 @@ from ..queue._sync.partitions import PartitionedQueue
 from ..queue._sync.queue import Queue
 from ..server.urls import check_url
 from .context import JobContext
+from .options import HandlerSpec
 from .signature import Signature
 
 P = ParamSpec("P")
@@ -297,6 +298,7 @@ class BaseTask(BoundTask[P], Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.handler = self._handler()
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        HandlerSpec.of(self.name, self.handler, **policy)  # refused now, not at the worker
         self.check(send)
 
     def check(self, send: dict[str, Any]) -> None:
