@@ -160,3 +160,10 @@ def test_a_queue_without_events_is_a_clear_error(url: str, qname: str) -> None:
         with pytest.raises(EmqError, match="events are off"):
             run_worker(worker)
         assert worker.stats.completed == 1  # the run itself went as usual
+
+
+def test_a_job_with_no_handler_is_retrying_under_its_name(queue: Queue) -> None:
+    job = queue.enqueue("unknown", None)
+    run = run_worker(Worker(queue))  # a worker with no handler at all
+    assert (run[job].name, run[job].outcome, run[job].result) == ("unknown", "retrying", None)
+    assert run[job].error is not None and "no handler" in run[job].error

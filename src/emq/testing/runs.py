@@ -203,7 +203,10 @@ async def _read(
             n = sum(e.event == "claimed" for e in events)
             if n:
                 claims += n
-                found[job] = _story(q.name, job, events, seen.get(job))
+                run = _story(q.name, job, events, seen.get(job))
+                if run.name is None and (row := await q.job(job)) is not None:
+                    run = dataclasses.replace(run, name=row.name)  # its handler never ran
+                found[job] = run
     return found, claims
 
 
