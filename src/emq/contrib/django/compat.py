@@ -18,17 +18,20 @@ except ImportError:  # Django before 6: the backport
     _root = importlib.import_module("django_tasks")
     FRAMEWORK = "django_tasks"
 
-_base: Any = importlib.import_module(f"{FRAMEWORK}.base")
+try:
+    _base: Any = importlib.import_module(f"{FRAMEWORK}.base")
+except ImportError:  # a later layout: the task and its result in their own module
+    _base = importlib.import_module(f"{FRAMEWORK}.task")
 _backends: Any = importlib.import_module(f"{FRAMEWORK}.backends.base")
 _exceptions: Any = importlib.import_module(f"{FRAMEWORK}.exceptions")
 _signals: Any = importlib.import_module(f"{FRAMEWORK}.signals")
 
 BaseTaskBackend: Any = _backends.BaseTaskBackend
-Task: Any = _base.Task
-TaskContext: Any = _base.TaskContext
+Task: Any = getattr(_root, "Task", None) or _base.Task  # the backport's root lacks it
+TaskContext: Any = _root.TaskContext
 TaskError: Any = _base.TaskError
-TaskResult: Any = _base.TaskResult
-TaskResultStatus: Any = _base.TaskResultStatus
+TaskResult: Any = _root.TaskResult
+TaskResultStatus: Any = _root.TaskResultStatus
 TASK_MIN_PRIORITY: int = _base.TASK_MIN_PRIORITY
 TASK_MAX_PRIORITY: int = _base.TASK_MAX_PRIORITY
 task_backends: Any = _root.task_backends
