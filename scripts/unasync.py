@@ -58,6 +58,7 @@ NAMES = {
     "aread_range": "read_range",
     "aiter_events": "iter_events",
     "ahistory": "history",
+    "afloor_logs": "floor_logs",
     "arun": "run",
     "acheck": "check",
     "acheck_all": "check_all",

@@ -5,6 +5,7 @@ queue's ``log_ttl_ms``, gone with an obliterate (docs/control.md, Job logs)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +180,36 @@ def test_every_line_of_many_short_jobs_lands_before_their_acks(
         for job in ids:
             p.llen(queue.core.keys.logs(job))
         assert p.execute() == [1] * len(ids)
+
+
+def test_the_archive_keeps_an_ended_jobs_lines_after_they_expire(
+    url: str, queue: Queue, client: redis.Redis, tmp_path: Path
+) -> None:
+    from emq.archive import Archive
+
+    floor = tmp_path / "floor.sqlite3"
+    done, dead, quiet = queue.enqueue("x"), queue.enqueue("x", max_attempts=1), queue.enqueue("x")
+    for c in queue.claim(3, lease_ms=30_000):
+        if c.id != quiet:
+            queue.append_logs(c.id, c.token, [f"{c.id} says", "bye"])
+    queue.complete(done, queue.job(done).token)
+    queue.fail(dead, queue.job(dead).token, "boom")
+    archive = Archive(queue, floor)
+    try:
+        archive.catch_up()
+    finally:
+        archive.release()
+        archive.floor.close()
+    client.delete(queue.core.keys.logs(done), queue.core.keys.logs(dead))  # as if expired
+    assert queue.job_logs(done) == []  # no floor at the default path
+    for job in (done, dead):
+        kept = queue.job_logs(job, floor=floor)
+        assert [x.line for x in kept] == [f"{job} says", "bye"] and kept[0].attempt == 1
+        assert kept[0].at_ms > 0
+    assert queue.job_logs(quiet, floor=floor) == []  # still running: nothing copied
+    out = CliRunner().invoke(
+        cli, ["history", queue.name, done, "--logs", "--floor", str(floor), "--url", url]
+    )
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[-2:][0].endswith(f"#1         {done} says")
+    assert "completed" in out.output

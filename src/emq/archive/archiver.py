@@ -9,7 +9,9 @@ One cycle, in this order (each step is a named pause point for tests, see ``Hook
    Then the continuity check below runs against the floor's W.
 1. ``read``: ``XRANGE (W +`` in chunks, at most ``batch`` entries.
 2. ``folded``: insert them into the floor and record the new W, in one SQLite transaction,
-   idempotent by stream id.
+   idempotent by stream id. A job whose end (``completed``, ``dead``, ``cancelled``) is among
+   them has its ``ctx.log`` lines (``logs:<id>``, read between steps 1 and 2) copied into the
+   floor's ``job_logs`` in the same transaction, replacing what an earlier end copied.
 3. ``cached``: ``SET events:archived W`` for other readers (it never runs ahead of the floor).
 4. ``trimmed``: ``XTRIM events MINID W`` (exact), inside ``WATCH``/``MULTI`` on the lease.
 
@@ -40,6 +42,7 @@ from typing import Any, cast
 
 import redis
 
+from ..calls.logs import MAX_LINES, JobLog, decode_logs
 from ..errors import EmqError, ScriptError, ServerRefused, ServerUnreachable
 from ..model.events import READ_CHUNK, Event, parse_id
 from ..queue._sync.queue import Queue
@@ -53,6 +56,7 @@ SERVER_ERRORS = (redis.RedisError, ServerUnreachable, ServerRefused, ScriptError
 
 Hook = Callable[[str], None]
 PAUSE_POINTS = ("claimed", "read", "folded", "cached", "trimmed")
+LOG_ENDS = ("completed", "dead", "cancelled")  # a job's end whose log lines the floor keeps
 
 
 class ArchiveConflict(EmqError):
@@ -135,7 +139,7 @@ class Archive:
         self._pause("claimed")
         entries = self._read(w)
         self._pause("read")
-        folded = self.floor.fold(entries)
+        folded = self.floor.fold(entries, self._logs_of(entries))
         w = self.floor.watermark()
         self._pause("folded")
         trimmed = 0
@@ -178,6 +182,20 @@ class Archive:
             out.append(event)
             if len(out) >= self.batch:
                 break
+        return out
+
+    def _logs_of(self, entries: list[Event]) -> dict[str, list[JobLog]]:
+        """The log lines of the jobs whose end is in ``entries`` (those with lines), read in
+        pipelines of 1,000 lists. The lines of a job reach the server before its end does."""
+        ended = list(dict.fromkeys(e.job for e in entries if e.event in LOG_ENDS and e.job))
+        out: dict[str, list[JobLog]] = {}
+        for start in range(0, len(ended), 1_000):
+            ids = ended[start : start + 1_000]
+            with self.client.pipeline(transaction=False) as p:
+                for job_id in ids:
+                    p.lrange(self.keys.logs(job_id), -MAX_LINES, -1)
+                found = p.execute()
+            out.update((i, decode_logs(x)) for i, x in zip(ids, found, strict=True) if x)
         return out
 
     def _cache(self, w: str) -> None:

@@ -15,6 +15,9 @@ one transaction (its full-text index built from the rows it holds):
   shipping them to object storage recorded.
 - version 2: ``events_fts`` (FTS5 over the events' text), ``events_by_name`` and
   ``events_ended``, written by the fold in its transaction (:mod:`emq.archive.fts`).
+- ``job_logs``: the ``ctx.log`` lines of the jobs that ended, copied by the archiver when it
+  folds a job's end (:data:`LOGS_SCHEMA`; created by any open for writing, no version change:
+  a floor without it has no lines to read).
 
 Guarantees: a fold is one transaction (rows, their index entries and the new W together, or
 neither); it is
@@ -34,12 +37,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..calls.logs import JobLog
 from ..errors import EmqError
 from ..model.events import Event, format_id, parse_id
 from ..model.keys import check_queue_name
 from .fts import FTS_SCHEMA, index_events, migrate_to_2, new_entries
 
 SCHEMA_VERSION = 2
+_HAS_LOGS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_logs'"
+_LOGS_OF = "SELECT at_ms, attempt, line FROM job_logs WHERE job = ? ORDER BY n"
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 
 SCHEMA = """
@@ -70,6 +76,16 @@ CREATE TABLE segments (
     shipped_ms INTEGER               -- NULL until body and manifest are both stored
 );
 """
+
+
+LOGS_SCHEMA = """CREATE TABLE IF NOT EXISTS job_logs (
+    job     TEXT    NOT NULL,  -- job id
+    n       INTEGER NOT NULL,  -- 0, 1, ... oldest first
+    at_ms   INTEGER NOT NULL,  -- when the server stored the line (server clock)
+    attempt INTEGER NOT NULL,  -- the attempt that logged it
+    line    TEXT    NOT NULL,
+    PRIMARY KEY (job, n)
+) WITHOUT ROWID"""
 
 
 class FloorError(EmqError):
@@ -156,6 +172,8 @@ class Floor:
         owner = self._meta("queue")
         if owner != self.queue:
             raise FloorError(f"{self.path} is the floor of queue {owner!r}, not {self.queue!r}")
+        if not readonly:
+            self._db.execute(LOGS_SCHEMA)
         self.schema = int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def _upgrade(self) -> int:
@@ -206,11 +224,14 @@ class Floor:
         """W: the last stream id folded (every entry up to W is here), or None if none yet."""
         return self._meta("watermark")
 
-    def fold(self, entries: Sequence[Event]) -> int:
+    def fold(self, entries: Sequence[Event], logs: dict[str, list[JobLog]] | None = None) -> int:
         """Insert ``entries`` (ascending stream ids) and advance W to the last one, in one
-        transaction. Returns how many rows were new; entries already present are skipped."""
+        transaction, with ``logs`` (job id -> its lines, each job's replacing what the floor
+        had). Returns how many rows were new; entries already present are skipped."""
         if not entries:
             return 0
+        lines = [(j, n, x.at_ms, x.attempt, x.line) for j, xs in (logs or {}).items()
+                 for n, x in enumerate(xs)]  # fmt: skip
         keyed = [(e, e.key) for e in entries]
         rows = [(*k, e.id, e.job, e.event, _compact(e.fields)) for e, k in keyed]
         with self._tx() as db:
@@ -218,6 +239,8 @@ class Floor:
             cur = db.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
             inserted = cur.rowcount
             index_events(db, fresh)
+            db.executemany("DELETE FROM job_logs WHERE job = ?", [(j,) for j in logs or ()])
+            db.executemany("INSERT INTO job_logs VALUES (?, ?, ?, ?, ?)", lines)
             self._advance(db, entries[-1].id)
         return inserted
 
@@ -244,6 +267,14 @@ class Floor:
         """Every event of ``job_id`` in the floor, in stream order (uses ``events_by_job``)."""
         sql = "SELECT id, event, job, fields FROM events WHERE job = ? ORDER BY ms, seq"
         return self._events(sql, (job_id,))
+
+    def job_logs(self, job_id: str) -> list[JobLog]:
+        """The ``ctx.log`` lines the archiver copied for ``job_id``, oldest first."""
+        with self._lock:
+            if not self._db.execute(_HAS_LOGS).fetchone():  # a read-only floor from before
+                return []
+            rows = self._db.execute(_LOGS_OF, (job_id,)).fetchall()
+        return [JobLog(at, attempt, line) for at, attempt, line in rows]
 
     def events_between(self, after: str, last: str, limit: int = 100_000) -> list[Event]:
         """Events with ``after < id <= last`` in stream order (by the primary key)."""

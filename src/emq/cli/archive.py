@@ -291,23 +291,34 @@ def release(queue: str, floor: str | None, url: str | None, as_json: bool) -> No
 @click.argument("job_id")
 @floor_option
 @traceback_option
+@click.option("--logs", "with_logs", is_flag=True, help="Then its ctx.log lines (live, or the "
+              "floor's copy once they expired).")  # fmt: skip
 @url_option
 @json_option
 def history(
-    queue: str, job_id: str, floor: str | None, full: bool, url: str | None, as_json: bool
-) -> None:
+    queue: str, job_id: str, floor: str | None, full: bool, with_logs: bool, url: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Every event of JOB_ID: the floor and the live stream merged, in order (one line
     each, or one JSON object per line with --json)."""
     path = _floor_path(queue, floor)
     q = open_queue(url, queue)
     try:
-        found = q.history(job_id, floor=path if floor or path.exists() else None)
+        use = path if floor or path.exists() else None
+        found = q.history(job_id, floor=use)
+        logs = q.job_logs(job_id, floor=use) if with_logs else []
     finally:
         q.close()
     if not found and not as_json:
         say(f"no events of {job_id} in {queue}")
     for e in found:
         _print(e, as_json, full)
+    for x in logs if with_logs else ():
+        if as_json:
+            emit_json({"log": x.line, "at_ms": x.at_ms, "attempt": x.attempt})
+        else:
+            when = datetime.fromtimestamp(x.at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+            click.echo(f"{'log':<22} {when[:-3]}  #{x.attempt:<9} {x.line}")
 
 
 def register(cli: click.Group) -> None:

@@ -6,7 +6,8 @@
   live tail, or the live tail only when the floor is not here, saying why; a run of progress
   events one line, :mod:`emq.dashboard.timeline`); its flow parent
   and children; its ``ctx.log`` lines (the newest :data:`LOG_LINES_SHOWN`, escaped, each cut
-  to 2,000 characters; shown for a completed job whose row is gone too); the actions its
+  to 2,000 characters; shown for a completed job whose row is gone too, and from the floor
+  once they expired); the actions its
   state allows (:data:`JOB_ACTIONS`).
 - ``POST /queues/{queue}/jobs/{job_id}/redrive|cancel|promote|remove``: through
   :func:`~emq.dashboard.web.action_form` (403 before anything changes when read-only or
@@ -72,8 +73,8 @@ async def job_page(request: Request) -> Response:
     except InvalidInput:
         raise HTTPException(404, "no such job") from None
     job, (timeline, note), children, logs, now_ms = await asyncio.gather(
-        q.job(job_id), _timeline(request, q, job_id), q.children(job_id), q.job_logs(job_id),
-        server_ms(q),
+        q.job(job_id), _timeline(request, q, job_id), q.children(job_id),
+        q.job_logs(job_id, floor=dash(request).floor(q.name)), server_ms(q),
     )  # fmt: skip
     if job is None and not timeline and not logs:
         raise HTTPException(404, "no such job")

@@ -20,6 +20,7 @@ import redis.asyncio
 
 from ...archive.floor import Floor, default_path
 from ...calls.jobs import QueueCore
+from ...calls.logs import JobLog
 from ...errors import EmqError
 from ...model.events import Event
 from ...model.ids import check_id
@@ -82,4 +83,18 @@ async def ahistory(queue: _Source, job_id: str, floor: FloorArg = None) -> list[
         return merge(job_id, await asyncio.to_thread(db.job_events, job_id), live)
     finally:
         if owned and db is not None:
+            db.close()
+
+
+async def afloor_logs(queue: str, job_id: str, floor: FloorArg = None) -> list[JobLog]:
+    """The ``ctx.log`` lines of ``job_id`` that the archiver copied into the floor when it
+    folded the job's end ([] without a floor: ``floor`` defaults to
+    ``.emq/floor/<queue>.sqlite3``, as for a history), read without blocking an event loop."""
+    db, owned = await asyncio.to_thread(_resolve, queue, floor)
+    if db is None:
+        return []
+    try:
+        return await asyncio.to_thread(db.job_logs, check_id(job_id))
+    finally:
+        if owned:
             db.close()

@@ -20,6 +20,7 @@ import redis
 
 from ...archive.floor import Floor, default_path
 from ...calls.jobs import QueueCore
+from ...calls.logs import JobLog
 from ...errors import EmqError
 from ...model.events import Event
 from ...model.ids import check_id
@@ -82,4 +83,18 @@ def history(queue: _Source, job_id: str, floor: FloorArg = None) -> list[Event]:
         return merge(job_id, db.job_events(job_id), live)
     finally:
         if owned and db is not None:
+            db.close()
+
+
+def floor_logs(queue: str, job_id: str, floor: FloorArg = None) -> list[JobLog]:
+    """The ``ctx.log`` lines of ``job_id`` that the archiver copied into the floor when it
+    folded the job's end ([] without a floor: ``floor`` defaults to
+    ``.emq/floor/<queue>.sqlite3``, as for a history), read without blocking an event loop."""
+    db, owned = _resolve(queue, floor)
+    if db is None:
+        return []
+    try:
+        return db.job_logs(check_id(job_id))
+    finally:
+        if owned:
             db.close()

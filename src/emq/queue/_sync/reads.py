@@ -87,15 +87,21 @@ class Reads:
                     raise
         return decode_job(job_id, row, run_at, deadline)
 
-    def job_logs(self, job_id: str) -> list[JobLog]:
+    def job_logs(self, job_id: str, *, floor: Floor | str | Path | None = None) -> list[JobLog]:
         """The job's ``ctx.log`` lines, oldest first (its newest 1,000), each with when the
         server stored it and the attempt that logged it; read while the job lives and for
-        the queue's ``log_ttl_ms`` after its last line, its row gone or not. Empty when it
-        logged nothing or the lines expired (docs/control.md, Job logs)."""
+        the queue's ``log_ttl_ms`` after its last line, its row gone or not. Once they have
+        expired (or were deleted), the copy the archiver made when it folded the job's end,
+        from ``floor`` (default ``.emq/floor/<queue>.sqlite3``, when it exists). Empty when
+        the job logged nothing, or its lines are in neither (docs/control.md, Job logs)."""
         key = self.core.keys.logs(check_id(job_id))
         with scripts.translated():
             items = self.client.lrange(key, -MAX_LINES, -1)
-        return decode_logs(cast(list[str], items))
+        if items:
+            return decode_logs(cast(list[str], items))
+        from .history import floor_logs
+
+        return floor_logs(self.core.keys.queue, job_id, floor)
 
     def _read_job(self, p: Any, job_id: str) -> None:
         """Queue the reads of one job on ``p``: its row, its scores in schedule and active."""
