@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .archive import Archive, Floor
     from .calls.control import Cancel
     from .calls.flows import Child, Flow, FlowIds, chain, group
+    from .calls.logs import JobLog
     from .errors import (
         AuthenticationFailed,
         CancelRequested,
@@ -84,6 +85,7 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobDead",
+    "JobLog",
     "JobNotFound",
     "JobSpec",
     "JobState",
@@ -148,6 +150,7 @@ _WHERE = {
     "JobCancelled": "errors",
     "JobContext": "worker",
     "JobDead": "errors",
+    "JobLog": "calls.logs",
     "JobNotFound": "errors",
     "JobSpec": "model.records",
     "JobState": "model.states",

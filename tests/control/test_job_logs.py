@@ -12,7 +12,16 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from emq import JobContext, JobNotFound, LeaseLost, Queue, QueueOptions, Worker, WorkerOptions
+from emq import (
+    JobContext,
+    JobLog,
+    JobNotFound,
+    LeaseLost,
+    Queue,
+    QueueOptions,
+    Worker,
+    WorkerOptions,
+)
 from emq.calls.logs import MAX_LINE_BYTES, MAX_LINES, encode_line
 from emq.cli.main import cli
 
@@ -50,6 +59,7 @@ def test_lines_of_sync_and_async_handlers_outlive_the_row_in_order(
         "sync line 0", "sync line 1", "sync line 2", "{'not': 'a string'}"
     ]  # fmt: skip
     assert {x.attempt for x in logs} == {1} and all(x.at_ms > 0 for x in logs)
+    assert all(isinstance(x, JobLog) for x in logs)
     assert [str(x) for x in queue.job_logs(async_id)] == ["async line 0", "async line 1"]
     ttl = client.pttl(queue.core.keys.logs(sync_id))
     assert 0 < ttl <= QueueOptions().log_ttl_ms
