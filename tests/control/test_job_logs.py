@@ -223,3 +223,24 @@ def test_the_archive_keeps_an_ended_jobs_lines_after_they_expire(
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[-2:][0].endswith(f"#1         {done} says")
     assert "completed" in out.output
+
+
+def test_a_queue_with_log_ttl_0_keeps_no_lines_and_configure_sets_it(
+    url: str, qname: str, client: redis.Redis
+) -> None:
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["configure", qname, "--log-ttl-ms", "-1", "--url", url])
+    assert bad.exit_code == 2 and "log_ttl_ms" in bad.output and "Traceback" not in bad.output
+    set_ = runner.invoke(cli, ["configure", qname, "--log-ttl-ms", "0", "--url", url, "--json"])
+    assert set_.exit_code == 0 and json.loads(set_.output) == {"log_ttl_ms": 0}
+    with Queue.from_url(url, qname) as q:
+        job = q.enqueue("x")
+        w = burst(q)
+
+        @w.handler("x")
+        def x(payload: Any, ctx: JobContext) -> None:
+            ctx.log("not kept")
+
+        w.run_sync(handle_signals=False)
+        assert q.counts()["completed"] == 1
+        assert q.job_logs(job) == [] and client.exists(q.core.keys.logs(job)) == 0
