@@ -30,7 +30,9 @@ def hang(payload: Any) -> None:
 
 
 def hang_then_mark(payload: Any) -> None:
-    """Hangs; if stopped by SIGTERM (a cancel), its ``finally`` writes the file it was given."""
+    """Hangs; if stopped by SIGTERM (a cancel), its ``finally`` writes the file it was given.
+    Says it started by writing ``started``."""
+    Path(payload["started"]).write_text(str(os.getpid()))
     try:
         time.sleep(HANG_S)
     finally:
@@ -61,3 +63,13 @@ def fail(payload: Any) -> None:
 def slow(payload: Any) -> int:
     time.sleep(payload["s"])
     return os.getpid()
+
+
+def typed_pid(n: int, times: int = 1) -> dict[str, int]:
+    """A task's function: its arguments come from the payload by name."""
+    return {"pid": os.getpid(), "product": n * times}
+
+
+async def atyped(n: int) -> int:
+    await asyncio.sleep(0)
+    return n + 1

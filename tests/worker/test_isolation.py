@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from emq import InvalidOption, Queue, QueueOptions, Worker, WorkerOptions
+from emq import InvalidOption, Queue, QueueOptions, Tasks, Worker, WorkerOptions
 
 from ..support import isolated_handlers as h
 from ..support.helpers import assert_consistent, until
@@ -104,12 +104,13 @@ async def test_a_cancel_asks_the_child_to_stop_and_the_lease_is_renewed_meanwhil
     mark = tmp_path / "mark"
     with Queue.from_url(url, qname, options=KEEP) as q:
         slow = q.enqueue("slow", {"s": 2.5})  # ten heartbeats of a 0.75 s lease
-        job = q.enqueue("hang", {"mark": str(mark)})
+        started = tmp_path / "started"
+        job = q.enqueue("hang", {"mark": str(mark), "started": str(started)})
         w = Worker(q, options=WorkerOptions(concurrency=2, lease_ms=750, heartbeat_ms=250))
         w.register("slow", h.slow, isolation="process")
         w.register("hang", h.hang_then_mark, isolation="process")
         task = asyncio.create_task(w.run())
-        await until(lambda: (j := q.job(job)) is not None and j.state == "active", 30, "active")
+        await until(started.exists, 30, "the handler running in its child")
         q.cancel(job, "no longer needed")
         await until(lambda: mark.exists(), 30, "the handler's finally ran in its child")
         await until(lambda: q.counts()["completed"] == 1, 30, "the slow job done")
@@ -137,3 +138,27 @@ def test_what_cannot_run_in_a_child_is_refused_at_registration(queue: Queue) -> 
 
 def _with_ctx(payload: Any, ctx: Any) -> None:
     return None
+
+
+def test_a_typed_task_runs_in_a_child_with_its_arguments(
+    url: str, qname: str, client: redis.Redis
+) -> None:
+    tasks = Tasks(qname, url=url, options=KEEP)
+    typed = tasks.task(isolation="process", max_jobs_per_child=10)(h.typed_pid)
+    atyped = tasks.task(isolation="process")(h.atyped)
+    with Queue.from_url(url, qname, options=KEEP) as q:
+        first = typed.using(queue=q).enqueue(6, times=7)
+        by_name = q.enqueue("typed_pid", {"n": 2})  # a job sent by name runs the same way
+        unfit = q.enqueue("typed_pid", {"m": 2}, max_attempts=3)
+        plus = atyped.using(queue=q).enqueue(41)
+        w = burst(q, concurrency=2)
+        w.include(tasks)
+        w.run_sync(handle_signals=False)
+        assert q.result(first)["product"] == 42 and q.result(first)["pid"] != os.getpid()
+        assert q.result(by_name)["product"] == 2
+        assert q.result(plus) == 42
+        assert "cannot take its payload" in dead_error(q, unfit)
+        job = q.job(unfit)
+        assert job is not None and job.attempts == 1  # a payload that does not fit: no retry
+    tasks.close()
+    assert_consistent(client, qname)

@@ -172,6 +172,9 @@ class Worker:
         result_ttl_ms: int | None = None,
         lane: str | None = None,
         priority: int | None = None,
+        isolation: str = "thread",
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> TaskDecorator:
         """Decorator: ``@worker.task()`` makes the function a task of ``queue`` (default: this
         worker's first) that this worker runs: as :meth:`Tasks.task <emq.Tasks.task>`, its
@@ -185,11 +188,13 @@ class Worker:
                     own.bind(t)
             self.include(own)
         return own.task(name, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
-                        result_ttl_ms=result_ttl_ms, lane=lane, priority=priority)  # fmt: skip
+                        result_ttl_ms=result_ttl_ms, lane=lane, priority=priority,
+                        isolation=isolation, max_memory_mb=max_memory_mb,
+                        max_jobs_per_child=max_jobs_per_child)  # fmt: skip
 
     def _add_task(self, task: BaseTask[Any, Any]) -> None:
         held = self.handlers.get(task.name)
-        if held is not None and held.fn is not task.handler:
+        if held is not None and getattr(held.fn, "fn", held.fn) is not task.handler:
             raise InvalidOption(f"job name {task.name!r} already has a handler on this worker")
         self.register(task.name, task.handler, **task.policy)
 

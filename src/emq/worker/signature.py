@@ -19,6 +19,7 @@ The shapes it takes (docs/tasks.md, Parameters):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import typing
@@ -231,3 +232,27 @@ def _load(cls: type, value: Any) -> Any:
 def _line(exc: BaseException) -> str:
     """An error on one line (a pydantic one spans several), at most 300 characters."""
     return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+class ChildTask:
+    """A task's handler under ``isolation="process"``: ``handler(payload) -> value``, run in
+    the child (:mod:`.children`), which rebuilds the signature from the function; it pickles
+    as its name and function, so the function must be importable (a module-level def)."""
+
+    __slots__ = ("_sig", "fn", "name")
+
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        self.name, self.fn = name, fn
+        self._sig: Signature | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ChildTask, (self.name, self.fn))
+
+    def __call__(self, payload: Any) -> Any:
+        sig = self._sig
+        if sig is None:
+            sig = self._sig = Signature(self.name, self.fn)
+        args, kwargs = sig.call_args(payload)
+        value = self.fn(*args, **kwargs)
+        return asyncio.run(value) if inspect.iscoroutine(value) else value
+

@@ -31,7 +31,7 @@ from ..queue._sync.queue import Queue
 from ..server.urls import check_url
 from .context import JobContext
 from .options import HandlerSpec
-from .signature import Signature
+from .signature import ChildTask, Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -96,17 +96,24 @@ class Tasks:
         result_ttl_ms: int | None = None,
         lane: str | None = None,
         priority: int | None = None,
+        isolation: str = "thread",
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> TaskDecorator:
         """Decorator: ``@tasks.task()`` makes the function a task of this queue.
 
         ``name``: its job name (default: the function's ``__name__``, as ``@worker.handler``
         does). ``max_attempts``, ``timeout_ms``, ``backoff``, ``result_ttl_ms``: its handler's
         policy on the worker (``Worker.register``); ``max_attempts`` is also each job's own.
-        ``lane``, ``priority``: defaults of each enqueue (``using`` overrides them)."""
+        ``lane``, ``priority``: defaults of each enqueue (``using`` overrides them).
+        ``isolation="process"`` (with ``max_memory_mb``, ``max_jobs_per_child``) runs it in
+        a child process (docs/worker.md, Handlers in their own process)."""
         if name is not None and not isinstance(name, str):
             raise InvalidOption("write @tasks.task() with its parentheses (or give a name)")
         policy = {"max_attempts": max_attempts, "timeout_ms": timeout_ms,
-                  "backoff": backoff, "result_ttl_ms": result_ttl_ms}  # fmt: skip
+                  "backoff": backoff, "result_ttl_ms": result_ttl_ms, "isolation": isolation,
+                  "max_memory_mb": max_memory_mb,
+                  "max_jobs_per_child": max_jobs_per_child}  # fmt: skip
         send = {"max_attempts": max_attempts, "lane": lane, "priority": priority}
         return TaskDecorator(self, name, policy, {k: v for k, v in send.items() if v is not None})
 
@@ -313,6 +320,10 @@ class BaseTask(BoundTask[P], Generic[P, R]):
         """``handler(payload, ctx)`` as ``Worker.register`` takes it: the payload unpacked into
         the function (:class:`~emq.Permanent` when it does not fit: no retry)."""
         fn, sig, takes_ctx = self.fn, self.signature, self.signature.takes_ctx
+        if self.policy.get("isolation") == "process":
+            if takes_ctx:
+                raise InvalidOption(f"task {self.name!r}: a task in a child process has no ctx")
+            return ChildTask(self.name, fn)  # type: ignore[return-value]
         if self.is_async:
 
             async def run_async(payload: Any, ctx: JobContext) -> Any:
