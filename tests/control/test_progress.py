@@ -225,3 +225,24 @@ def test_progress_interval_is_validated() -> None:
     for bad in (0, 5, -1, 1.5, None):
         with pytest.raises(InvalidOption, match="progress_interval_ms"):
             WorkerOptions(progress_interval_ms=bad)  # type: ignore[arg-type]
+
+
+def test_every_last_progress_of_many_short_jobs_lands_before_their_acks(
+    url: str, qname: str, client: redis.Redis
+) -> None:
+    """A value in flight (the flusher's own send) lands before the ack of its job, which would
+    make it 'gone': 2,000 jobs reporting one value each, every kept row shows it."""
+    from emq import QueueOptions
+
+    with Queue.from_url(url, qname, options=QueueOptions(keep_completed=(600_000, 5_000))) as q:
+        ids = q.enqueue_many([("one", i) for i in range(2_000)])
+        w = Worker(q, options=WorkerOptions(burst=True, concurrency=50))
+
+        @w.handler("one")
+        async def one(payload: Any, ctx: JobContext) -> None:
+            ctx.progress(payload)
+
+        w.run_sync(handle_signals=False)
+        shown = [j.progress if j else None for j in map(q.job, ids)]
+        missing = [i for i, p in enumerate(shown) if p != i]
+        assert missing == [], (len(missing), [shown[i] for i in missing[:5]])

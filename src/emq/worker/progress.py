@@ -57,6 +57,7 @@ class Progress(Hook):
         self._interval = interval_ms / 1000
         self._outage = outage
         self._lock = threading.Lock()
+        self._sending = asyncio.Lock()  # held while values are in flight: an ack waits
         self._latest: dict[Lease, str] = {}  # values not sent yet (the latest per job)
         self._sent_at: dict[Lease, float] = {}  # monotonic time of each job's last send
         self._idle = True  # the task waits for a first value (put must wake it)
@@ -98,14 +99,19 @@ class Progress(Hook):
             await self._wake.wait()
             self._wake.clear()
             while True:
-                due, next_at = self._take_due(time.monotonic())
+                async with self._sending:
+                    due, next_at = self._take_due(time.monotonic())
+                    failure = None
+                    if due:
+                        try:
+                            await self._send(due)
+                        except SERVER_ERRORS as exc:
+                            self._restore(due)
+                            failure = exc
+                if failure is not None:
+                    await asyncio.sleep(self._outage.failed(failure, "progress"))
+                    continue
                 if due:
-                    try:
-                        await self._send(due)
-                    except SERVER_ERRORS as exc:
-                        self._restore(due)
-                        await asyncio.sleep(self._outage.failed(exc, "progress"))
-                        continue
                     self._outage.ok("progress")
                 if next_at is None:
                     break
@@ -142,23 +148,25 @@ class Progress(Hook):
 
     async def flush_jobs(self, leases: Iterable[Lease]) -> None:
         """Send the unsent progress of ``leases`` now (their outcome is about to be sent) and
-        forget them. No I/O when none of them has an unsent value."""
-        if not self._latest and not self._sent_at:
+        forget them. A send in flight lands first (else the ack could overtake it and the
+        value be refused as gone). No I/O when none of them has an unsent value."""
+        if not self._latest and not self._sent_at and not self._sending.locked():
             return
-        due: list[tuple[Lease, str]] = []
-        with self._lock:
-            for lease in leases:
-                text = self._latest.pop(lease, None)
-                self._sent_at.pop(lease, None)
-                if text is not None:
-                    due.append((lease, text))
-        if due:
-            try:
-                await self._send(due)
-            except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
-                self._outage.failed(exc, "progress")
-            else:
-                self._outage.ok("progress")
+        async with self._sending:
+            due: list[tuple[Lease, str]] = []
+            with self._lock:
+                for lease in leases:
+                    text = self._latest.pop(lease, None)
+                    self._sent_at.pop(lease, None)
+                    if text is not None:
+                        due.append((lease, text))
+            if due:
+                try:
+                    await self._send(due)
+                except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
+                    self._outage.failed(exc, "progress")
+                else:
+                    self._outage.ok("progress")
 
     before_ack = flush_jobs  # the hook: a batch of acks is about to be sent
 
