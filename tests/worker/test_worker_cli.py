@@ -14,6 +14,7 @@ from emq import Queue
 
 ROOT = Path(__file__).parents[2]
 CLI = "from emq.cli.main import main; main()"
+HANG = 60  # bounds a hang, never a speed
 
 
 def emq(*args: str, url: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -183,3 +184,38 @@ def test_worker_json_flag_gives_json_lines(url: str, qname: str, queue: Queue) -
     clash = emq("worker", "tests.support.worker_handlers:handlers", "--json", "--log-format",
                 "text", url=url)  # fmt: skip
     assert clash.returncode == 2 and "contradict" in clash.stderr
+
+
+TYPED = """
+from emq import QueueOptions, Tasks
+
+tasks = Tasks({qname!r}, url={url!r}, options=QueueOptions(result_ttl_ms=60_000))
+
+
+@tasks.task()
+def add(a: int, b: int = 1) -> int:
+    return a + b
+"""
+
+
+@pytest.mark.timeout(60)
+def test_emq_worker_runs_a_tasks_object_on_its_own_queue_and_url(
+    url: str, qname: str, tmp_path: Path
+) -> None:
+    (tmp_path / "typed_tasks.py").write_text(TYPED.format(qname=qname, url=url))
+    env = {k: v for k, v in os.environ.items() if k != "EMQ_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    producer = "import typed_tasks as t; print(t.add.enqueue(2, b=40)); t.tasks.close()"
+    sent = subprocess.run([sys.executable, "-c", producer], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=HANG)  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    done = subprocess.run([sys.executable, "-c", CLI, "worker", "typed_tasks:tasks", "--burst"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=HANG)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Queue.from_url(url, qname) as q:
+        assert q.result(sent.stdout.strip()) == 42
+    refused = subprocess.run([sys.executable, "-c", CLI, "worker", "typed_tasks:tasks", "-q", "x"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=HANG)  # fmt: skip
+    assert refused.returncode == 2 and "--queue cannot be used with a Tasks" in refused.stderr

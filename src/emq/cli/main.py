@@ -115,7 +115,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "worker": (
         "worker",
-        "Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.",
+        "Run the Worker, Tasks or handlers mapping at MODULE:ATTR until SIGTERM/SIGINT.",
     ),
     "workers": (
         "workers",

@@ -1,18 +1,19 @@
 """``emq worker module:attr``: run a :class:`~emq.worker.Worker` from an import string.
 
-``attr`` is a ``Worker`` or a mapping of job names to handlers (then ``--queue`` names the
-queues, default ``default``). Logs are structured: one JSON object per line on stderr (or
-``--log-format text``). The server is ``--url``, else ``EMQ_URL``, else the worker's own
-``url=``, else the embedded server: the command line wins over code. Everything is checked
-before the worker starts: the import, the options (built into a validated
-:class:`~emq.worker.WorkerOptions`) and one PING of the server. A server that cannot be
-reached yet is waited for (the worker logs the outage once and serves once it answers), except
-by a ``--burst`` run. Exit codes: 0 after a graceful stop or a finished ``--burst`` run, 2 for
-bad usage (import string, a module that fails to import, options, a server that refuses the
-login or is not Valkey/Redis, with ``--burst`` one that cannot be reached), 130 after a second
-signal forced the exit. ``--processes N`` (N > 1) checks the same, then runs N such
-workers under a supervisor (:mod:`.supervisor`), which restarts a child that dies and passes
-signals on.
+``attr`` is a ``Worker``, a ``Tasks`` (a worker of its queue runs its tasks, on its ``url=``
+unless ``--url`` or ``EMQ_URL`` is given) or a mapping of job names to handlers (then
+``--queue`` names the queues, default ``default``). Logs are structured: one JSON object per
+line on stderr (or ``--log-format text``). The server is ``--url``, else ``EMQ_URL``, else
+the worker's own ``url=``, else the embedded server: the command line wins over code.
+Everything is checked before the worker starts: the import, the options (built into a
+validated :class:`~emq.worker.WorkerOptions`) and one PING of the server. A server that
+cannot be reached yet is waited for (the worker logs the outage once and serves once it
+answers), except by a ``--burst`` run. Exit codes: 0 after a graceful stop or a finished
+``--burst`` run, 2 for bad usage (import string, a module that fails to import, options, a
+server that refuses the login or is not Valkey/Redis, with ``--burst`` one that cannot be
+reached), 130 after a second signal forced the exit. ``--processes N`` (N > 1) checks the
+same, then runs N such workers under a supervisor (:mod:`.supervisor`), which restarts a
+child that dies and passes signals on.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import click
 from ..errors import InvalidOption
 from ..worker import Worker
 from ..worker.startup import not_up_yet
+from ..worker.tasks import Tasks
 from .common import connect, resolve_url, url_option
 from .logsetup import apply_log_config, setup_logging
 from .supervisor import MAX_PROCESSES, Supervisor
 
 
-def load_target(spec: str) -> Worker | Mapping[str, Any]:
+def load_target(spec: str) -> Worker | Tasks | Mapping[str, Any]:
     """Import ``module:attr`` (the current directory is importable, as with ``python -m``)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -56,9 +58,11 @@ def load_target(spec: str) -> Worker | Mapping[str, Any]:
             target = getattr(target, part)
         except AttributeError:
             raise InvalidOption(f"{module_name!r} has no attribute {attr!r}") from None
-    if isinstance(target, Worker | Mapping):
+    if isinstance(target, Worker | Tasks | Mapping):
         return target
-    raise InvalidOption(f"{spec} is a {type(target).__name__}; expected a Worker or a mapping")
+    raise InvalidOption(
+        f"{spec} is a {type(target).__name__}; expected a Worker, a Tasks or a mapping"
+    )
 
 
 def choose_url(w: Worker, url: str | None) -> None:
@@ -189,7 +193,7 @@ def worker(
     processes: int,
     url: str | None,
 ) -> None:
-    """Run the worker (or handlers mapping) at MODULE:ATTR until SIGTERM/SIGINT.
+    """Run the Worker, Tasks or handlers mapping at MODULE:ATTR until SIGTERM/SIGINT.
 
     A first signal stops claiming, gives back unstarted jobs and lets running ones finish
     (up to the grace period); a second one exits at once. With --processes N, N worker
@@ -213,6 +217,11 @@ def worker(
         w = loaded
         if queues:
             raise InvalidOption("--queue cannot be used with a Worker (it names its queues)")
+    elif isinstance(loaded, Tasks):  # its queue, and its url= unless --url / EMQ_URL
+        if queues:
+            raise InvalidOption("--queue cannot be used with a Tasks (it names its queue)")
+        w = Worker(loaded.queue_name, url=loaded.url, tasks=loaded,
+                   queue_options=loaded.options)  # fmt: skip
     else:
         w = Worker(list(queues) or ["default"], loaded)
     w.configure(
