@@ -1,0 +1,131 @@
+"""The fault harness's ledger: what every job did, kept on a server that is never faulted.
+
+Standard library only (a tiny RESP client over one socket): it runs inside every peer's own
+virtual environment, whatever client library that peer uses. Every record is one command, so
+a process SIGKILLed between two records leaves each of them whole. Keys, for one run ``R``:
+
+- ``fl:R:acked``   SET   job ids whose enqueue the system acknowledged (returned without error)
+- ``fl:R:refused`` SET   job ids whose enqueue raised (not counted as acknowledged)
+- ``fl:R:started`` HASH  job id -> handler starts
+- ``fl:R:finished`` HASH job id -> handler bodies that ran to their end
+- ``fl:R:ticks``   HASH  a cron tick's scheduled key -> runs of that tick
+- ``fl:R:callbacks`` HASH a fan-in's group id -> runs of its callback
+- ``fl:R:pids``    HASH  job id -> the pid of its last finished run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from urllib.parse import urlparse
+
+
+class Ledger:
+    """Records and reads one run's ledger. Thread-safe; reconnects after a fork."""
+
+    def __init__(self, url: str, run: str) -> None:
+        parsed = urlparse(url)
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 6379
+        self.password = parsed.password
+        self.run = run
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._file = None
+        self._pid = -1
+
+    # -- records -------------------------------------------------------------------------
+
+    def acked(self, job: int | str) -> None:
+        self.call("SADD", self.key("acked"), str(job))
+
+    def refused(self, job: int | str) -> None:
+        self.call("SADD", self.key("refused"), str(job))
+
+    def started(self, job: int | str) -> None:
+        self.call("HINCRBY", self.key("started"), str(job), "1")
+
+    def finished(self, job: int | str) -> None:
+        self.call("HINCRBY", self.key("finished"), str(job), "1")
+        self.call("HSET", self.key("pids"), str(job), str(os.getpid()))
+
+    def tick(self, key: str) -> None:
+        self.call("HINCRBY", self.key("ticks"), key, "1")
+
+    def callback(self, group: int | str) -> None:
+        self.call("HINCRBY", self.key("callbacks"), str(group), "1")
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def members(self, what: str) -> set[str]:
+        return {x.decode() for x in self.call("SMEMBERS", self.key(what))}
+
+    def counts(self, what: str) -> dict[str, int]:
+        flat = self.call("HGETALL", self.key(what))
+        return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def key(self, what: str) -> str:
+        return f"fl:{self.run}:{what}"
+
+    # -- the wire ------------------------------------------------------------------------
+
+    def call(self, *args: str) -> object:
+        with self._lock:
+            for attempt in range(3):
+                try:
+                    self._connect()
+                    return self._send(args)
+                except OSError:
+                    self._close()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> None:
+        if self._sock is not None and self._pid == os.getpid():
+            return
+        self._sock = socket.create_connection((self.host, self.port), timeout=10)
+        self._file = self._sock.makefile("rb")
+        self._pid = os.getpid()
+        if self.password:
+            self._send(("AUTH", self.password))
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        self._sock = self._file = None
+
+    def _send(self, args: tuple[str, ...]) -> object:
+        out = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = a.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        assert self._sock is not None
+        self._sock.sendall(b"".join(out))
+        return self._read()
+
+    def _read(self) -> object:
+        assert self._file is not None
+        line = self._file.readline()
+        if not line:
+            raise ConnectionError("the ledger server closed the connection")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self._file.read(n + 2)
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return [] if n < 0 else [self._read() for _ in range(n)]
+        raise RuntimeError(f"unexpected reply {line!r}")
