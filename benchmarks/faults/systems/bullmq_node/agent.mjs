@@ -1,0 +1,209 @@
+// BullMQ for Node under the fault harness: the actions of benchmarks/faults/agent.py.
+//
+//     node agent.mjs ACTION --url URL --ledger URL --run RUN [--first N] [--count N]
+//                    [--rate R] [--concurrency C] [--job-ms MS] [--every-s S]
+//                    [--seconds S] [--width W]
+//
+// ACTION is info, produce, work (until killed), inspect, cron or fanin. BullMQ and ioredis
+// resolve from benchmarks/peers/bullmq_node (the speed benchmark's pinned tree, installed there
+// with `npm ci`). The ledger (benchmarks/faults/ledger.py) is written over a separate ioredis
+// connection, one command per record, with the same keys: fl:RUN:acked, fl:RUN:finished ...
+// The settings are the ones systems/bullmq_node.py reports (SETTINGS): keep the two in step.
+
+import path from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const PEER = path.resolve(HERE, "../../../peers/bullmq_node");
+const require = createRequire(path.join(PEER, "package.json"));
+const { FlowProducer, Queue, Worker } = require("bullmq");
+const IORedis = require("ioredis");
+
+const QUEUE = "faults";
+const LOCK_MS = 3000;
+const STALLED_MS = 1000;
+const JOB_OPTS = {
+  attempts: 25,
+  backoff: { type: "exponential", delay: 100 },
+  removeOnComplete: { count: 1000 },
+  removeOnFail: { count: 5000 },
+};
+const WORKER_OPTS = {
+  lockDuration: LOCK_MS,
+  stalledInterval: STALLED_MS,
+  maxStalledCount: 25,
+  removeOnComplete: { count: 1000 },
+  removeOnFail: { count: 5000 },
+};
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function parseArgs(argv) {
+  const out = { action: argv[0], url: "", ledger: "", run: "", first: 0, count: 100,
+    rate: 200, concurrency: 4, "job-ms": 50, "every-s": 1, seconds: 10, width: 5 };
+  const strings = new Set(["url", "ledger", "run"]);
+  for (let i = 1; i < argv.length; i += 2) {
+    const key = argv[i].replace(/^--/, "");
+    out[key] = strings.has(key) ? argv[i + 1] : Number(argv[i + 1]);
+  }
+  return out;
+}
+
+// ioredis options for a loopback URL; `worker` connections never give up on a command
+// (BullMQ requires maxRetriesPerRequest: null of a Worker), a producer's fail fast
+// (enableOfflineQueue: false, docs.bullmq.io/patterns/failing-fast-when-redis-is-down).
+function connection(url, kind) {
+  const u = new URL(url);
+  if (u.hostname !== "127.0.0.1") throw new Error(`loopback only, got ${u.hostname}`);
+  const opts = { host: u.hostname, port: Number(u.port || 6379),
+    db: Number(u.pathname.replace("/", "") || "0") };
+  if (u.password) opts.password = decodeURIComponent(u.password);
+  if (u.username) opts.username = decodeURIComponent(u.username);
+  if (kind === "worker") opts.maxRetriesPerRequest = null;
+  if (kind === "producer") opts.enableOfflineQueue = false;
+  return opts;
+}
+
+class Ledger {
+  constructor(url, run) {
+    this.run = run;
+    this.redis = url ? new IORedis(connection(url, "ledger")) : null;
+  }
+
+  key(what) {
+    return `fl:${this.run}:${what}`;
+  }
+
+  acked(job) { return this.redis.sadd(this.key("acked"), String(job)); }
+  refused(job) { return this.redis.sadd(this.key("refused"), String(job)); }
+  started(job) { return this.redis.hincrby(this.key("started"), String(job), 1); }
+  tick(key) { return this.redis.hincrby(this.key("ticks"), String(key), 1); }
+  callback(group) { return this.redis.hincrby(this.key("callbacks"), String(group), 1); }
+
+  async finished(job) {
+    await this.redis.hincrby(this.key("finished"), String(job), 1);
+    await this.redis.hset(this.key("pids"), String(job), String(process.pid));
+  }
+
+  async close() {
+    if (this.redis) await this.redis.quit();
+  }
+}
+
+function processor(ledger, jobMs) {
+  return async (job) => {
+    if (job.name === "callback") {
+      await ledger.callback(job.data.group);
+    } else if (job.name === "tick") {
+      await ledger.tick(job.id);
+    } else {
+      await ledger.started(job.data.id);
+      await sleep(jobMs);
+      await ledger.finished(job.data.id);
+    }
+  };
+}
+
+function worker(url, ledger, concurrency, jobMs) {
+  const w = new Worker(QUEUE, processor(ledger, jobMs),
+    { connection: connection(url, "worker"), concurrency, ...WORKER_OPTS });
+  w.on("error", (err) => console.error(`worker error: ${err}`));
+  return w;
+}
+
+const jobId = (n) => `J${String(n).padStart(12, "0")}`;
+
+async function produce(a, ledger) {
+  const queue = new Queue(QUEUE, { connection: connection(a.url, "producer") });
+  await queue.waitUntilReady();
+  const start = performance.now();
+  for (let i = 0; i < a.count; i++) {
+    const wait = start + (i * 1000) / a.rate - performance.now();
+    if (wait > 0) await sleep(wait);
+    const n = a.first + i;
+    try {
+      await queue.add("job", { id: n }, { ...JOB_OPTS, jobId: jobId(n) });
+    } catch {
+      await ledger.refused(n);
+      continue;
+    }
+    await ledger.acked(n);
+  }
+  await queue.close();
+  return { produced: a.count };
+}
+
+async function work(a, ledger) {
+  const w = worker(a.url, ledger, a.concurrency, a["job-ms"]);
+  const stop = async () => {
+    await w.close();
+    process.exit(0);
+  };
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
+  await new Promise(() => {}); // until killed
+}
+
+async function counts(url, ...types) {
+  const queue = new Queue(QUEUE, { connection: connection(url, "worker") });
+  const c = await queue.getJobCounts(...types);
+  await queue.close();
+  return Object.values(c).reduce((s, v) => s + Number(v || 0), 0);
+}
+
+async function inspect(a) {
+  return {
+    inflight: await counts(a.url, "active"),
+    waiting: await counts(a.url, "wait", "paused", "prioritized", "delayed", "waiting-children"),
+  };
+}
+
+async function cron(a, ledger) {
+  const queue = new Queue(QUEUE, { connection: connection(a.url, "worker") });
+  await queue.upsertJobScheduler("tick", { every: Math.round(a["every-s"] * 1000) },
+    { name: "tick", data: {}, opts: JOB_OPTS });
+  const w = worker(a.url, ledger, 1, 0);
+  await sleep(a.seconds * 1000);
+  await w.close();
+  await queue.close();
+  return undefined; // agent.py prints nothing after a cron
+}
+
+async function fanin(a) {
+  const flows = new FlowProducer({ connection: connection(a.url, "producer") });
+  for (let g = a.first; g < a.first + a.count; g++) {
+    const children = [];
+    for (let i = 0; i < a.width; i++) {
+      const n = g * 1000 + i;
+      children.push({ name: "job", queueName: QUEUE, data: { id: n },
+        opts: { ...JOB_OPTS, jobId: jobId(n) } });
+    }
+    await flows.add({ name: "callback", queueName: QUEUE, data: { group: g },
+      opts: { ...JOB_OPTS, jobId: `G${String(g).padStart(12, "0")}` }, children });
+  }
+  await flows.close();
+  return { groups: a.count };
+}
+
+function info() {
+  const version = (pkg) => require(`${pkg}/package.json`).version;
+  return { bullmq: version("bullmq"), ioredis: version("ioredis"), node: process.versions.node };
+}
+
+async function main() {
+  const a = parseArgs(process.argv.slice(2));
+  const ledger = new Ledger(a.ledger, a.run);
+  const actions = { info, produce, work, inspect, cron, fanin };
+  const action = actions[a.action];
+  if (!action) throw new Error(`unknown action ${a.action}`);
+  const out = await action(a, ledger);
+  await ledger.close();
+  if (out !== undefined) process.stdout.write(JSON.stringify(out) + "\n");
+  process.exit(0);
+}
+
+main().catch((err) => {
+  console.error(err && err.stack ? err.stack : String(err));
+  process.exit(1);
+});
