@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from celery import Celery, chord
+from celery.signals import before_task_publish
 
 NAME = "celery"
 DISTS = ["celery", "kombu", "redis", "hiredis"]
@@ -106,9 +107,18 @@ def callback(group: int) -> None:
     _ledger.callback(group)
 
 
-@app.task(name="tick", bind=True, **RETRY)
-def tick(self: Any) -> None:
-    _ledger.tick(str(self.request.id))
+@app.task(name="tick", **RETRY)
+def tick(due: int | None = None) -> None:
+    _ledger.tick(str(due))
+
+
+@before_task_publish.connect
+def _stamp_tick(sender: str | None = None, body: Any = None, **_: Any) -> None:
+    """Beat sends ``tick`` with no arguments: give it the second it was sent in, its key."""
+    import time
+
+    if sender == "tick" and isinstance(body, tuple) and isinstance(body[1], dict):
+        body[1].setdefault("due", int(time.time()))
 
 
 def produce(url: str, ledger: Any, first: int, count: int, rate: float) -> None:
@@ -164,7 +174,8 @@ def waiting(url: str) -> int | None:
 def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
     """Beat embedded in a worker (``-B``), an interval entry every ``every_s`` seconds.
 
-    A tick's key is the id beat gave its message: a redelivered tick keeps it.
+    A tick's key is the whole second beat sent it in (stamped into its kwargs as it is
+    published): a redelivered tick keeps it, two beats firing the same tick share it.
     """
     global _ledger
     _ledger = ledger
