@@ -42,6 +42,7 @@ SETTINGS = {
     "is ignored",
 }
 CRON_EVERY_S = 1.0  # a job scheduler's `every` is in milliseconds
+EVENTS_MAXLEN = 1_000_000
 RECOVERY_S = (LOCK_MS + STALLED_MS) / 1000
 SCENARIOS: dict[str, str | None] = {
     s: None
@@ -69,7 +70,7 @@ def _processor(ledger: Any, job_ms: int) -> Any:
         if job.name == "callback":
             await asyncio.to_thread(ledger.callback, job.data["group"])
         elif job.name == "tick":
-            await asyncio.to_thread(ledger.tick, str(job.id))
+            await asyncio.to_thread(ledger.tick, _tick(job))
         else:
             await asyncio.to_thread(ledger.started, job.data["id"])
             await asyncio.sleep(job_ms / 1000)
@@ -83,8 +84,21 @@ def _worker(url: str, ledger: Any, concurrency: int, job_ms: int) -> Worker:
     return Worker(QUEUE, _processor(ledger, job_ms), opts)
 
 
-async def produce(url: str, ledger: Any, first: int, count: int, rate: float) -> None:
+async def _queue(url: str) -> Queue:
+    """A Queue whose events stream keeps a whole run (Node's ``streams.events.maxLen``; the
+    port has no such option, so the same meta field is written), for ``stale``."""
     queue = Queue(QUEUE, {"connection": url})
+    await queue.client.hset(queue.toKey("meta"), "opts.maxLenEvents", str(EVENTS_MAXLEN))
+    return queue
+
+
+async def produce(url: str, ledger: Any, first: int, count: int, rate: float) -> None:
+    try:
+        queue = await _queue(url)
+    except Exception:  # the server is down from the start: every enqueue is refused
+        for job in range(first, first + count):
+            await asyncio.to_thread(ledger.refused, job)
+        return
     start = time.monotonic()
     try:
         for i in range(count):
@@ -127,8 +141,41 @@ async def waiting(url: str) -> int | None:
     return await _counts(url, "wait", "paused", "prioritized", "delayed", "waiting-children")
 
 
+async def stale(url: str) -> dict[str, int | None]:
+    """``accepted``: jobs with more than one ``completed`` event (a completion from a worker
+    whose lock had lapsed; BullMQ refuses those with "Missing lock"); ``refused``: None,
+    BullMQ records a refused completion nowhere but in the worker's error."""
+    return {"accepted": await completed_twice(url), "refused": None}
+
+
+async def completed_twice(url: str) -> int:
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(url)
+    key, start, seen = f"bull:{QUEUE}:events", "-", {}
+    try:
+        while True:
+            page = await client.xrange(key, start, "+", count=10_000)
+            for _, fields in page:
+                if fields.get(b"event") == b"completed":
+                    job = fields.get(b"jobId", b"")
+                    seen[job] = seen.get(job, 0) + 1
+            if len(page) < 10_000:
+                break
+            start = "(" + page[-1][0].decode()
+    finally:
+        await client.aclose()
+    return sum(1 for n in seen.values() if n > 1)
+
+
+def _tick(job: Any) -> str:
+    """A tick's scheduled second: its id is ``repeat:<scheduler>:<ms>``."""
+    ms = str(job.id).rsplit(":", 1)[-1]
+    return str(int(ms) // 1000) if ms.isdigit() else str(job.id)
+
+
 async def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
-    queue = Queue(QUEUE, {"connection": url})
+    queue = await _queue(url)
     await queue.upsertJobScheduler("tick", {"every": int(every_s * 1000)}, "tick", {}, JOB_OPTS)
     worker = _worker(url, ledger, 1, 0)
     try:
@@ -139,6 +186,7 @@ async def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
 
 
 async def fanin(url: str, ledger: Any, first: int, count: int, width: int) -> None:
+    await (await _queue(url)).close()
     flows = FlowProducer({"connection": url})
     try:
         for g in range(first, first + count):

@@ -135,11 +135,11 @@ def fanin(url: str, ledger: Any, first: int, count: int, width: int) -> None:
     _exec("fanin", url, ledger, first=first, count=count, width=width)
 
 
-_INSPECTED: dict[str, dict[str, int]] = {}
+_INSPECTED: dict[str, dict[str, Any]] = {}
 
 
-def _inspect(url: str) -> dict[str, int]:
-    """One ``inspect`` per URL and process: agent.py asks for inflight, then waiting."""
+def _inspect(url: str) -> dict[str, Any]:
+    """One ``inspect`` per URL and process: agent.py asks for inflight, waiting, stale."""
     if url not in _INSPECTED:
         _ensure()
         out = subprocess.run([_node(), str(AGENT), "inspect", "--url", url], check=True,
@@ -154,3 +154,10 @@ def inflight(url: str) -> int | None:
 
 def waiting(url: str) -> int | None:
     return int(_inspect(url)["waiting"])
+
+
+def stale(url: str) -> dict[str, int | None]:
+    """``accepted``: jobs with more than one ``completed`` event (a completion from a worker
+    whose lock had lapsed; BullMQ refuses those with "Missing lock"); ``refused``: None,
+    BullMQ records a refused completion nowhere but in the worker's error."""
+    return dict(_inspect(url)["stale"])

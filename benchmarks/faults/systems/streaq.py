@@ -72,7 +72,7 @@ def _worker(url: str, ledger: Any = None, job_ms: int = 0, concurrency: int = 4)
 
     @worker.task(name="tick", max_tries=MAX_TRIES)
     async def tick() -> None:
-        await anyio.to_thread.run_sync(ledger.tick, tick.context.task_id)
+        await anyio.to_thread.run_sync(ledger.tick, _tick_second(tick.context.task_id))
 
     return worker
 
@@ -132,6 +132,19 @@ async def waiting(url: str) -> int | None:
     return undelivered + delayed
 
 
+def _tick_second(task_id: str) -> str:
+    """The scheduled second of a cron tick: streaq names a tick's task by a hash of the cron's
+    name and its fire time in ms (``_deterministic_id``), so the seconds of the last hour
+    are tried; the task id itself where none matches."""
+    from streaq.worker import _deterministic_id
+
+    now = int(time.time())
+    for second in range(now + 5, now - 3600, -1):
+        if _deterministic_id(f"tick{second * 1000}") == task_id:
+            return str(second)
+    return task_id
+
+
 def _crontab(every_s: float) -> str:
     """streaq's crontab takes a seconds field first (7 fields): every N whole seconds."""
     return f"*/{max(1, round(every_s))} * * * * * *"
@@ -143,7 +156,7 @@ async def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
 
     @worker.cron(_crontab(every_s), name="tick", max_tries=MAX_TRIES)
     async def tick() -> None:
-        await anyio.to_thread.run_sync(ledger.tick, tick.context.task_id)
+        await anyio.to_thread.run_sync(ledger.tick, _tick_second(tick.context.task_id))
 
     with anyio.move_on_after(seconds):
         await worker.run_async()

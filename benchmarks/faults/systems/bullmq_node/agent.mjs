@@ -37,6 +37,7 @@ const WORKER_OPTS = {
   removeOnFail: { count: 5000 },
 };
 
+const EVENTS_MAXLEN = 1000000; // the whole run's events stay, for `stale`
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function parseArgs(argv) {
@@ -91,12 +92,18 @@ class Ledger {
   }
 }
 
+// A tick's scheduled second: a job scheduler's job id is `repeat:<scheduler>:<ms>`.
+function tickSecond(id) {
+  const ms = String(id).split(":").pop();
+  return /^\d+$/.test(ms) ? String(Math.floor(Number(ms) / 1000)) : String(id);
+}
+
 function processor(ledger, jobMs) {
   return async (job) => {
     if (job.name === "callback") {
       await ledger.callback(job.data.group);
     } else if (job.name === "tick") {
-      await ledger.tick(job.id);
+      await ledger.tick(tickSecond(job.id));
     } else {
       await ledger.started(job.data.id);
       await sleep(jobMs);
@@ -114,9 +121,24 @@ function worker(url, ledger, concurrency, jobMs) {
 
 const jobId = (n) => `J${String(n).padStart(12, "0")}`;
 
+// A Queue whose events stream keeps the whole run (streams.events.maxLen, which the Queue
+// writes to the queue's meta once connected: awaited before the first add).
+async function openQueue(url, kind) {
+  const q = new Queue(QUEUE, { connection: connection(url, kind),
+    streams: { events: { maxLen: EVENTS_MAXLEN } } });
+  await q.waitUntilReady();
+  await q.queueMetaInitialized;
+  return q;
+}
+
 async function produce(a, ledger) {
-  const queue = new Queue(QUEUE, { connection: connection(a.url, "producer") });
-  await queue.waitUntilReady();
+  let queue;
+  try {
+    queue = await openQueue(a.url, "producer");
+  } catch {
+    for (let n = a.first; n < a.first + a.count; n++) await ledger.refused(n);
+    return { produced: a.count }; // the server was down from the start: all refused
+  }
   const start = performance.now();
   for (let i = 0; i < a.count; i++) {
     const wait = start + (i * 1000) / a.rate - performance.now();
@@ -145,22 +167,44 @@ async function work(a, ledger) {
   await new Promise(() => {}); // until killed
 }
 
-async function counts(url, ...types) {
-  const queue = new Queue(QUEUE, { connection: connection(url, "worker") });
-  const c = await queue.getJobCounts(...types);
-  await queue.close();
+async function counts(q, ...types) {
+  const c = await q.getJobCounts(...types);
   return Object.values(c).reduce((s, v) => s + Number(v || 0), 0);
 }
 
+// Jobs with more than one `completed` event: a completion accepted from a worker whose lock
+// had lapsed (BullMQ refuses those with "Missing lock"; a refusal is recorded nowhere).
+async function completedTwice(url) {
+  const redis = new IORedis(connection(url, "ledger"));
+  const seen = new Map();
+  let start = "-";
+  for (;;) {
+    const page = await redis.xrange(`bull:${QUEUE}:events`, start, "+", "COUNT", 10000);
+    for (const [, fields] of page) {
+      const f = {};
+      for (let i = 0; i < fields.length; i += 2) f[fields[i]] = fields[i + 1];
+      if (f.event === "completed") seen.set(f.jobId, (seen.get(f.jobId) || 0) + 1);
+    }
+    if (page.length < 10000) break;
+    start = "(" + page[page.length - 1][0];
+  }
+  await redis.quit();
+  return [...seen.values()].filter((n) => n > 1).length;
+}
+
 async function inspect(a) {
-  return {
-    inflight: await counts(a.url, "active"),
-    waiting: await counts(a.url, "wait", "paused", "prioritized", "delayed", "waiting-children"),
+  const q = new Queue(QUEUE, { connection: connection(a.url, "worker"), skipMetasUpdate: true });
+  const out = {
+    inflight: await counts(q, "active"),
+    waiting: await counts(q, "wait", "paused", "prioritized", "delayed", "waiting-children"),
+    stale: { accepted: await completedTwice(a.url), refused: null },
   };
+  await q.close();
+  return out;
 }
 
 async function cron(a, ledger) {
-  const queue = new Queue(QUEUE, { connection: connection(a.url, "worker") });
+  const queue = await openQueue(a.url, "worker");
   await queue.upsertJobScheduler("tick", { every: Math.round(a["every-s"] * 1000) },
     { name: "tick", data: {}, opts: JOB_OPTS });
   const w = worker(a.url, ledger, 1, 0);
@@ -171,6 +215,7 @@ async function cron(a, ledger) {
 }
 
 async function fanin(a) {
+  await (await openQueue(a.url, "worker")).close(); // the events stream keeps the run
   const flows = new FlowProducer({ connection: connection(a.url, "producer") });
   for (let g = a.first; g < a.first + a.count; g++) {
     const children = [];
