@@ -29,10 +29,10 @@ MAINTENANCE_S = 10
 WORKER_TTL = 20
 RETRIES = 25
 PROMISE = (
-    "at most once unless retried: a job whose worker was killed stays in StartedJobRegistry "
-    "until its heartbeat lapses, then a worker's maintenance retries it (Retry) or moves it to "
-    "FailedJobRegistry as AbandonedJobError (python-rq.org/docs/workers, 'Worker Lifecycle' / "
-    "'Abandoned jobs'; python-rq.org/docs/exceptions, 'Retrying Failed Jobs')"
+    "a job whose worker was killed 'will eventually end up in FailedJobRegistry because a "
+    "cleanup task will raise an AbandonedJobError'; with Retry the cleanup re-queues it "
+    "instead (python-rq.org/docs/results, 'Dealing with Interruptions'; "
+    "python-rq.org/docs/exceptions, 'Retrying Failed Jobs')"
 )
 SETTINGS = {
     f"retry=Retry(max={RETRIES})": "rq re-queues an abandoned job only when it has retries "

@@ -18,32 +18,34 @@ NAME = "saq"
 DISTS = ["saq", "redis", "hiredis"]
 QUEUE = "faults"
 TIMEOUT_S = 10
+HEARTBEAT_S = 5
 SWEEP_S = 5
 ABORT_WAIT_S = 5
 RETRIES = 25
 PROMISE = (
-    "a job past its timeout or heartbeat is swept: aborted, then retried while it has "
-    "retries left (retries defaults to 1, one attempt); there is no ack, a dead worker's job is "
-    "found only by the sweep (saq docs, Job: timeout, heartbeat, retries; Worker: "
-    "timers['sweep'], 'how often we clean up stuck jobs')"
+    "no acknowledgement: a 'Heartbeat monitor for abandoned jobs' and 'Sweeping stuck jobs' "
+    "(README, 'Comparison to ARQ'); the sweep aborts a job past its timeout or heartbeat and "
+    "retries it while it has retries left (Job docstring: timeout, heartbeat, retries, "
+    "default 1 attempt)"
 )
 SETTINGS = {
     f"retries={RETRIES}": "the sweep re-queues a stuck job only while attempts < retries; the "
     "default 1 means a dead worker's job is finished as aborted (lost to the producer)",
     f"timeout={TIMEOUT_S}": "a job active for longer is stuck (saq's default 10 s); the "
     "worker cancels its own job at the same bound",
-    "heartbeat=0": "saq's default: a heartbeat is only refreshed by the handler itself "
-    "(job.update()), which a 50 ms job never needs; timeout alone bounds recovery",
+    f"heartbeat={HEARTBEAT_S}": "the README's monitor for abandoned jobs: a job not touched "
+    f"for {HEARTBEAT_S} s is stuck. saq touches a job when it starts; a longer handler must call "
+    "job.update() itself (a 50-100 ms job never needs to). Off by default",
     f"timers={{'sweep': {SWEEP_S}}}": "how often a worker sweeps the active list (default "
     "60 s), shortened so the run stays short; the sweep lock lasts as long",
     "key=J<n>": "saq refuses to enqueue a key already queued, active or scheduled",
 }
-# Stuck after TIMEOUT_S, noticed at the next sweep; the sweep then handles stuck jobs one at a
+# Stuck after HEARTBEAT_S, noticed at the next sweep; the sweep then handles stuck jobs one at a
 # time, waiting up to ABORT_WAIT_S for each (dead) worker to acknowledge the abort before it
 # retries that job: a dead worker holding CONCURRENCY jobs is re-queued in full only after
 # CONCURRENCY waits. CONCURRENCY is the harness's worker concurrency.
 CONCURRENCY = 4
-RECOVERY_S = float(TIMEOUT_S + SWEEP_S + ABORT_WAIT_S * CONCURRENCY)
+RECOVERY_S = float(min(TIMEOUT_S, HEARTBEAT_S) + SWEEP_S + ABORT_WAIT_S * CONCURRENCY)
 SCENARIOS: dict[str, str | None] = {
     "worker-sigkill": None,
     "worker-sigstop": None,
@@ -86,7 +88,7 @@ async def produce(url: str, ledger: Any, first: int, count: int, rate: float) ->
         n = first + i
         try:
             done = await q.enqueue("job", key=f"J{n:012d}", n=n, timeout=TIMEOUT_S,
-                                   retries=RETRIES)  # fmt: skip
+                                   heartbeat=HEARTBEAT_S, retries=RETRIES)  # fmt: skip
         except Exception:
             done = None
         if done is None:
@@ -140,7 +142,8 @@ def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
     _STATE.update(ledger=ledger, job_ms=0)
     step = max(1, round(every_s))
     # croniter reads a sixth field as seconds.
-    schedule = CronJob(tick, cron=f"* * * * * */{step}", unique=True, retries=RETRIES)
+    schedule = CronJob(tick, cron=f"* * * * * */{step}", unique=True, timeout=TIMEOUT_S,
+                       heartbeat=HEARTBEAT_S, retries=RETRIES)  # fmt: skip
 
     async def main() -> None:
         w = _worker(_queue(url), 4, cron_jobs=[schedule])
