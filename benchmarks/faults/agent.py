@@ -10,11 +10,13 @@ the peer's venv python: ``benchmarks/harness/venvs.peer_python``). ``SYSTEM`` na
 ``systems/README.md``. Actions:
 
 - ``info``: one JSON line: name, versions of its ``DISTS``, ``SETTINGS``, ``PROMISE``,
-  ``RECOVERY_S``, ``SCENARIOS`` (scenario -> None, or why the system cannot run it);
+  ``RECOVERY_S``, ``SCENARIOS`` (scenario -> None, or why the system cannot run it), and the
+  optional ``APPENDFSYNC`` (default ``everysec``) and ``CRON_EVERY_S`` (default None);
 - ``produce``: ``adapter.produce(url, ledger, first, count, rate)``, then one JSON line;
 - ``work``: ``adapter.work(url, ledger, concurrency, job_ms)`` until killed;
 - ``inspect``: one JSON line: ``{"inflight": adapter.inflight(url), "waiting":
-  adapter.waiting(url)}`` (None where the system does not show it);
+  adapter.waiting(url), "stale": adapter.stale(url)}`` (None where the system does not show
+  it; ``stale`` is optional);
 - ``cron``: ``adapter.cron(url, ledger, every_s, seconds)`` (a scheduler and a worker in this
   process, firing a job every ``every_s`` until ``seconds`` passed or killed);
 - ``fanin``: ``adapter.fanin(url, ledger, first, count, width)``: ``count`` fan-ins of
@@ -88,6 +90,8 @@ def main() -> None:
         print(json.dumps({
             "name": mod.NAME, "versions": _versions(list(mod.DISTS)), "settings": mod.SETTINGS,
             "promise": mod.PROMISE, "recovery_s": mod.RECOVERY_S, "scenarios": mod.SCENARIOS,
+            "appendfsync": getattr(mod, "APPENDFSYNC", "everysec"),
+            "cron_every_s": getattr(mod, "CRON_EVERY_S", None),
         }))
         return
     ledger = Ledger(a.ledger, a.run)
@@ -97,8 +101,10 @@ def main() -> None:
     elif a.action == "work":
         _run(mod.work, a.url, ledger, a.concurrency, a.job_ms)
     elif a.action == "inspect":
+        stale = getattr(mod, "stale", None)
         print(json.dumps({"inflight": _run(mod.inflight, a.url),
-                          "waiting": _run(mod.waiting, a.url)}))
+                          "waiting": _run(mod.waiting, a.url),
+                          "stale": None if stale is None else _run(stale, a.url)}))
     elif a.action == "cron":
         _run(mod.cron, a.url, ledger, a.every_s, a.seconds)
     elif a.action == "fanin":

@@ -69,6 +69,11 @@ class Ledger:
     def key(self, what: str) -> str:
         return f"fl:{self.run}:{what}"
 
+    def close(self) -> None:
+        """Close the connection (the next call opens a new one)."""
+        with self._lock:
+            self._close()
+
     # -- the wire ------------------------------------------------------------------------
 
     def call(self, *args: str) -> object:

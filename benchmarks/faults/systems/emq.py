@@ -24,7 +24,13 @@ SETTINGS = {
     "max_attempts=25, max_stalled=25": "a job is retried, never dead-lettered, within a run",
     "durability='aof' under server-kill and power-loss": "an enqueue or ack returns once "
     "the server fsynced it (docs/guarantees.md, Durability)",
+    "appendfsync always under server-kill and power-loss": "on Valkey WAITAOF answers under "
+    "everysec before the fsync, so emq confirms durability only with always "
+    "(src/emq/server/durability.py)",
+    "events_maxlen=1000000": "the whole run's events stay, to count accepted completions",
 }
+APPENDFSYNC = "always"
+CRON_EVERY_S = 1.0
 RECOVERY_S = (LEASE_MS + SWEEP_MS) / 1000
 SCENARIOS: dict[str, str | None] = {
     s: None
@@ -37,22 +43,25 @@ def _options() -> QueueOptions:
     import os
 
     durable = os.environ.get("FAULTS_DURABLE") == "1"
-    return QueueOptions(durability="aof" if durable else "none")
+    return QueueOptions(durability="aof" if durable else "none", events_maxlen=1_000_000)
 
 
 def produce(url: str, ledger: Any, first: int, count: int, rate: float) -> None:
     import time
 
     q = Queue.from_url(url, QUEUE, options=_options())
-    start = time.monotonic()
+    start, refused = time.monotonic(), 0
     for i in range(count):
         wait = start + i / rate - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         job = first + i
         try:
-            q.enqueue("job", {"id": job}, id=f"J{job:012d}", max_attempts=25)
-        except Exception:
+            q.enqueue("job", {"id": job}, max_attempts=25)
+        except Exception as exc:
+            if not refused:
+                print(f"first refusal: {exc!r}", flush=True)
+            refused += 1
             ledger.refused(job)
             continue
         ledger.acked(job)
@@ -65,9 +74,13 @@ def work(url: str, ledger: Any, concurrency: int, job_ms: int) -> None:
         await asyncio.sleep(job_ms / 1000)
         await asyncio.to_thread(ledger.finished, payload["id"])
 
+    async def callback(payload: Any) -> None:  # a fan-in's parent: runs once its children did
+        await asyncio.to_thread(ledger.callback, payload["group"])
+
     options = WorkerOptions(concurrency=concurrency, lease_ms=LEASE_MS,
                             stalled_interval_ms=SWEEP_MS, max_stalled=25)  # fmt: skip
-    w = Worker(QUEUE, {"job": job}, url=url, options=options, queue_options=_options())
+    w = Worker(QUEUE, {"job": job, "callback": callback}, url=url, options=options,
+               queue_options=_options())  # fmt: skip
     w.run_sync()
 
 
@@ -82,13 +95,29 @@ def waiting(url: str) -> int | None:
         return int(counts["pending"]) + int(counts["schedule"])
 
 
+def stale(url: str) -> dict[str, int]:
+    """``accepted``: jobs with more than one ``completed`` event (a second completion can only
+    come from a lapsed lease); ``refused``: ``lease_lost`` events (stale acks emq refused)."""
+    completed: dict[str, int] = {}
+    refused = 0
+    with Queue.from_url(url, QUEUE) as q:
+        for e in q.events():
+            if e.event == "completed" and e.job is not None:
+                completed[e.job] = completed.get(e.job, 0) + 1
+            elif e.event == "lease_lost":
+                refused += 1
+    return {"accepted": sum(1 for n in completed.values() if n > 1), "refused": refused}
+
+
 def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:
-    async def tick(payload: Any, ctx: Any) -> None:
-        await asyncio.to_thread(ledger.tick, str(ctx.id))
+    from emq.model.ids import minted_at_ms
+
+    async def tick(payload: Any, ctx: Any) -> None:  # a tick's id carries its tick (ms)
+        await asyncio.to_thread(ledger.tick, str(minted_at_ms(str(ctx.id)) // 1000))
 
     async def main() -> None:
         q = AsyncQueue.from_url(url, QUEUE)
-        await q.set_repeat("tick", "tick", every_ms=int(every_s * 1000))
+        await q.repeat("tick", "tick", every_ms=int(every_s * 1000))
         w = Worker(QUEUE, {"tick": tick}, url=url)
         task = asyncio.create_task(w.run())
         await asyncio.sleep(seconds)

