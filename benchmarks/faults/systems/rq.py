@@ -3,8 +3,10 @@ intervals so a dead worker's job is re-queued within a bounded run.
 
 rq runs one job at a time per worker; ``concurrency`` workers are forked children of the
 agent that die with it (``PR_SET_PDEATHSIG``), so killing the agent kills every worker the
-way a lost container would. Each worker forks a work horse per job (rq's default); a horse
-whose worker died keeps running its one job to the end, as it does under rq itself.
+way a lost container would. Each worker forks a work horse per job (rq's default) in its own
+process group; the handler ties the horse to its worker the same way, so a killed worker takes
+its running job with it, as a dead container or machine does (left alone, an orphaned horse
+would finish its job and the fault would test nothing).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ _STATE: dict[str, Any] = {}
 
 def job(job_id: int) -> None:
     """The benchmark's handler, run in a work horse forked from a worker set up by work()."""
+    _die_with_worker()
     ledger = _STATE["ledger"]
     ledger.started(job_id)
     time.sleep(_STATE["job_ms"] / 1000)
@@ -76,6 +79,7 @@ def job(job_id: int) -> None:
 
 
 def callback(group: int) -> None:
+    _die_with_worker()
     _STATE["ledger"].callback(group)
 
 
@@ -84,6 +88,7 @@ def tick() -> None:
     to the interval, so two schedulers firing the same tick show as one tick run twice."""
     from rq import get_current_job
 
+    _die_with_worker()
     current = get_current_job()
     at = current.enqueued_at if current is not None else None
     step = _STATE.get("step", 1)
@@ -116,7 +121,18 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _die_with_worker() -> None:
+    """In a work horse: die when the worker that forked it dies (and now, if it already has)."""
+    worker = _STATE.get("worker_pid")
+    if worker is None or os.getpid() == worker:
+        return  # not in a horse (a SimpleWorker or a test calling the handler)
+    _die_with_parent()
+    if os.getppid() != worker:
+        os._exit(1)
+
+
 def _worker(url: str) -> None:
+    _STATE["worker_pid"] = os.getpid()
     redis = Redis.from_url(url)
     w = Worker([Queue(QUEUE, connection=redis)], connection=redis,
                job_monitoring_interval=MONITOR_S, maintenance_interval=MAINTENANCE_S,
