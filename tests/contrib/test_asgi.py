@@ -31,8 +31,10 @@ TheQueue = Annotated[AsyncQueue, Depends(get_queue)]
 Sms = Annotated[AsyncQueue, Depends(queue_dependency("sms"))]
 
 
-def connections(client: redis.Redis) -> int:
-    return len(client.client_list())
+def connections(client: redis.Redis) -> set[str]:
+    """The ids of the server's open connections (another test's closing one may still
+    leave, so a test compares ids, not a count)."""
+    return {c["id"] for c in client.client_list()}
 
 
 @pytest.fixture
@@ -74,7 +76,7 @@ async def test_the_example_app_enqueues_on_post_and_reads_state_on_get(
         assert (await http.get("/jobs/JOB00000000000")).status_code == 404
         assert list(getattr(example.app.state, STATE)) == ["emails"]
     assert getattr(example.app.state, STATE) == {}
-    assert connections(client) == before  # the app's connections closed at shutdown
+    assert connections(client) <= before  # the app's connections closed at shutdown
 
 
 async def test_the_apps_own_lifespan_runs_inside_and_its_state_reaches_requests(
@@ -133,7 +135,7 @@ async def test_several_queues_and_servers_compose_and_are_picked_by_name(
         sms.obliterate(force=True)
     with Queue.from_url(url, "emails") as emails:
         emails.obliterate(force=True)
-    assert connections(client) == before
+    assert connections(client) <= before
 
 
 async def test_a_plain_starlette_app_reads_its_queue(url: str, qname: str) -> None:

@@ -55,6 +55,7 @@ DIRECT = {
         "smembers", "sadd", "zrangebyscore", "get",  # emq stats, emq workers
         "zscan", "watch", "unwatch",  # emq dead-letters (emq.queue._sync.deadletters)
         "hscan", "hdel",  # obliterate delivers the outbox before it deletes it
+        "lrange",  # emq job --logs, the dashboard's job page (Queue.job_logs)
     },
 }  # fmt: skip
 SCRIPTS_OF = {
@@ -68,6 +69,7 @@ SCRIPTS_OF = {
         "promote",
         "sweep_stalled",
         "progress",
+        "job_log",
         "due_repeats",
         "fire_repeats",
         "deliver_flow",
