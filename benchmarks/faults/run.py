@@ -40,7 +40,7 @@ def systems_in_order() -> list[str]:
 
 
 def parse() -> argparse.Namespace:
-    from lab.episodes import SCENARIOS
+    from lab.names import SCENARIOS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small counts, short episodes")

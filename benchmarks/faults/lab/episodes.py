@@ -18,12 +18,11 @@ from typing import Any
 
 from . import count, faults
 from .agents import Agent, Crew, Where, once
+from .names import DURABLE, SCENARIOS
 from .proxy import Proxy
 from .servers import AofSizes, Valkey, scratch, shim
 
-SCENARIOS = ["worker-sigkill", "worker-sigstop", "server-kill", "power-loss", "partition",
-             "oom", "cron", "fan-in"]  # fmt: skip
-DURABLE = {"server-kill", "power-loss"}
+__all__ = ["DURABLE", "FULL", "QUICK", "SCENARIOS", "Episode", "Sizes", "run"]
 
 
 @dataclass(frozen=True)

@@ -56,19 +56,17 @@ def table(doc: dict[str, Any]) -> str:
     head = (f"Measured {doc['date']} with `{doc['command']}` (seed {doc['seed']}, "
             f"{'quick' if doc['quick'] else 'full'} sizes; raw figures: "
             f"`benchmarks/results/{doc['file']}`).\n\n")  # fmt: skip
-    lines = ["| system | scenario | what it promises | measured | verdict |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| system | scenario | what it promises | server | measured | verdict |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for name, s in doc["systems"].items():
-        promise = (s.get("info") or {}).get("promise") or s.get("error") or ""
-        for row in s.get("rows", []):
-            if str(row.get("status", "")).startswith("not run"):
-                lines.append(f"| {name} | {row['scenario']} | {_cell(promise)} | "
-                             f"{_cell(row['status'])} | - |")  # fmt: skip
-                continue
-            lines.append(f"| {name} | {row['scenario']} | {_cell(promise)} | "
-                         f"{_cell(measured(row))} | {verdict(row)} |")  # fmt: skip
-        if not s.get("rows"):
-            lines.append(f"| {name} | all | {_cell(promise)} | {_cell(s.get('error', ''))} | - |")
+        promise = (s.get("info") or {}).get("promise") or ""
+        rows = s.get("rows") or [{"scenario": "all", "status": s.get("error", "")}]
+        for i, row in enumerate(rows):
+            said = _cell(promise) if i == 0 else "(as above)"
+            shown = row["status"] if str(row.get("status", "")).startswith("not run") else (
+                measured(row))  # fmt: skip
+            lines.append(f"| {name} | {row['scenario']} | {said} | {_cell(row.get('server', ''))}"
+                         f" | {_cell(shown)} | {verdict(row)} |")  # fmt: skip
     return head + "\n".join(lines) + "\n"
 
 
@@ -76,7 +74,8 @@ def _cell(text: str) -> str:
     return re.sub(r"\s+", " ", str(text)).replace("|", "/")
 
 
-def write_doc(doc: dict[str, Any]) -> None:
+def write_doc(doc: dict[str, Any], begin: str = BEGIN, end_marker: str = END) -> None:
+    """Replace what stands between the markers in docs/reliability.md with the table."""
     text = DOC.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    start, end = text.index(begin) + len(begin), text.index(end_marker)
     DOC.write_text(text[:start] + "\n" + table(doc) + text[end:])
