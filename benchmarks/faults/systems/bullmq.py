@@ -41,7 +41,6 @@ SETTINGS = {
     "jobId=J<id>": "a custom id per job (guide/jobs/job-ids): a repeated add of the same id "
     "is ignored",
 }
-CRON_EVERY_S = 1.0  # a job scheduler's `every` is in milliseconds
 EVENTS_MAXLEN = 1_000_000
 RECOVERY_S = (LOCK_MS + STALLED_MS) / 1000
 SCENARIOS: dict[str, str | None] = {

@@ -52,7 +52,6 @@ SETTINGS = {
     "requires of a Worker's connection, and its 'failing fast when Redis is down' pattern for "
     "an add, which then raises instead of waiting for a reconnection",
 }
-CRON_EVERY_S = 1.0  # a job scheduler's `every` is in milliseconds
 RECOVERY_S = (LOCK_MS + STALLED_MS) / 1000
 SCENARIOS: dict[str, str | None] = {
     s: None

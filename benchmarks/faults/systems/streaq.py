@@ -44,7 +44,6 @@ SETTINGS = {
     "that starts while an earlier one still holds the lock (a dead worker's, until recovered) "
     "fails as a clash",
 }
-CRON_EVERY_S = 1.0  # a 7-field crontab: '*/1 * * * * * *'
 # A dead worker's task becomes claimable IDLE_S after its last renewal; an idle worker's
 # read claims only between blocking reads, which block for up to IDLE_S.
 RECOVERY_S = 2 * IDLE_S
@@ -84,7 +83,13 @@ def _registered(worker: Any, name: str) -> Any:
 async def produce(url: str, ledger: Any, first: int, count: int, rate: float) -> None:
     worker = _worker(url)
     job = _registered(worker, "job")
-    async with worker:
+    try:
+        await worker.__aenter__()  # connects and loads streaq's Lua library
+    except Exception:  # the server is down or full from the start: every enqueue refused
+        for n in range(first, first + count):
+            await anyio.to_thread.run_sync(ledger.refused, n)
+        return
+    try:
         start = time.monotonic()
         for i in range(count):
             wait = start + i / rate - time.monotonic()
@@ -99,6 +104,8 @@ async def produce(url: str, ledger: Any, first: int, count: int, rate: float) ->
                 await anyio.to_thread.run_sync(ledger.refused, n)
                 continue
             await anyio.to_thread.run_sync(ledger.acked, n)
+    finally:
+        await worker.__aexit__(None, None, None)
 
 
 def work(url: str, ledger: Any, concurrency: int, job_ms: int) -> None:
@@ -106,20 +113,27 @@ def work(url: str, ledger: Any, concurrency: int, job_ms: int) -> None:
 
 
 async def _stream_counts(url: str) -> tuple[int, int, int]:
-    """(delivered and not acknowledged, in the stream and never delivered, delayed)."""
-    worker = _worker(url)
+    """(delivered and not acknowledged, in the stream and never delivered, delayed), read
+    with a plain client: a Worker's context loads the Lua library, a write a full server
+    refuses."""
+    from coredis import Redis
+    from coredis.exceptions import StreamConsumerGroupError
+
+    worker = _worker(url)  # for its key names only
     pending = undelivered = delayed = 0
-    async with worker:
-        redis = worker.redis
+    async with Redis.from_url(url, decode_responses=True) as redis:
         for priority in worker.priorities:
             stream = worker.stream_key + priority
             delayed += await redis.zcard(worker.queue_key + priority)
             if not await redis.exists([stream]):
                 continue
             length = await redis.xlen(stream)
-            summary = await redis.xpending(stream, GROUP)
-            pending += int(summary.pending)
-            undelivered += length - int(summary.pending)
+            try:
+                delivered = int((await redis.xpending(stream, GROUP)).pending)
+            except StreamConsumerGroupError:  # no worker has started yet: none delivered
+                delivered = 0
+            pending += delivered
+            undelivered += length - delivered
     return pending, undelivered, delayed
 
 
