@@ -5,6 +5,10 @@ pool child, and a visibility timeout short enough that a dead worker's messages 
 inside a bounded run. The prefork pool (celery's default): a worker is one main process plus
 its pool children, so a fault kills the process group. Fan-in is a chord on the Redis result
 backend (the same server); cron is beat embedded in the worker (``-B``).
+
+On Redis, kombu pops a message (BRPOP) and only then writes it to its ``unacked`` hash, in a
+second round trip: a worker killed between the two, its reply still in the socket, takes the
+message with it (lost, not late), whatever the ack settings.
 """
 
 from __future__ import annotations

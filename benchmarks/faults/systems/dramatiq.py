@@ -7,6 +7,10 @@ default: about one command in a thousand). Here every command runs it, so a dead
 messages come back within ``heartbeat_timeout`` plus one poll, not after an unbounded wait.
 Fan-in is a group with a completion callback: that needs the GroupCallbacks middleware (a
 barrier on a rate limiter backend, the same Redis), not Results. dramatiq has no scheduler.
+
+Requeueing is only for dead workers: after a connection error a live worker starts a fresh
+consumer, and what its old one had fetched (or was fetching when the reply was lost) stays in
+that worker's ``__acks__`` set, in flight, until the worker itself stops.
 """
 
 from __future__ import annotations
