@@ -32,6 +32,9 @@ SETTINGS = {
     "interrupted by a SIGTERM shutdown (huey.readthedocs.io, Signals, 'Using "
     "SIGNAL_INTERRUPTED'); it cannot run under SIGKILL, an OOM kill or a power loss",
     "worker_type='thread'": "the consumer's default; a SIGKILL ends every worker with it",
+    "periodic=True on each cron consumer": "huey's docs say to run every consumer but one "
+    "with --no-periodic, since each consumer enqueues every periodic task; the cron scenario "
+    "runs two schedulers, so each tick runs twice, as documented",
 }
 RECOVERY_S = 0.0  # huey never recovers a dead consumer's task: there is nothing to wait for
 CRON_EVERY_S = 60.0  # crontab has minute resolution; a consumer checks it every 60 s

@@ -52,6 +52,8 @@ SETTINGS = {
     "not yet registered as started is failed (then retried) by a maintenance pass more than "
     "60 s after a first pass saw it",
     "failure_ttl, result_ttl defaults": "failed jobs kept a year, results 500 s",
+    "CronScheduler.register(interval=...)": "rq's cron (beta since 2.4) keeps its schedule in "
+    "memory and enqueues at once when started; nothing stops two schedulers from both firing",
 }
 # Two paths back to the queue, both run by a live worker's maintenance (every MAINTENANCE_S, but
 # only between dequeues: an idle BLMOVE delays it by up to worker_ttl - 15 s):

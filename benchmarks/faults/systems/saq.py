@@ -19,7 +19,7 @@ DISTS = ["saq", "redis", "hiredis"]
 QUEUE = "faults"
 TIMEOUT_S = 10
 HEARTBEAT_S = 5
-SWEEP_S = 5
+SWEEP_S = 60
 ABORT_WAIT_S = 5
 RETRIES = 25
 PROMISE = (
@@ -36,8 +36,11 @@ SETTINGS = {
     f"heartbeat={HEARTBEAT_S}": "the README's monitor for abandoned jobs: a job not touched "
     f"for {HEARTBEAT_S} s is stuck. saq touches a job when it starts; a longer handler must call "
     "job.update() itself (a 50-100 ms job never needs to). Off by default",
-    f"timers={{'sweep': {SWEEP_S}}}": "how often a worker sweeps the active list (default "
-    "60 s), shortened so the run stays short; the sweep lock lasts as long",
+    f"timers={{'sweep': {SWEEP_S}}}": "how often a worker sweeps the active list: saq's "
+    "default, kept. The sweep's lock lasts one interval while the sweep waits up to 5 s on "
+    "each stuck job's abort, so a shorter interval lets a second worker's sweep start on the "
+    "same stuck jobs and retry them twice (the quick worker-sigkill run: 5 jobs ran twice "
+    "with a 5 s sweep, none with 60 s)",
     "key=J<n>": "saq refuses to enqueue a key already queued, active or scheduled",
 }
 # Stuck after HEARTBEAT_S, noticed at the next sweep; the sweep then handles stuck jobs one at a
