@@ -193,7 +193,8 @@ def _cron(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
     server, how = _server(ep, scenario)
     where = ep.where(run_id, scenario)
     every = float(ep.info.get("cron_every_s") or s.every_s)
-    seconds = max(s.cron_s, 2 * every + 5)  # a minute-only cron still fires twice
+    # a minute-only cron still fires at least twice
+    seconds = max(s.cron_s, 2 * every + 5) if every > s.cron_s / 2 else s.cron_s
     try:
         firers = [Agent(where, "cron", server.url, f"cron{i}", every_s=every,
                         seconds=seconds) for i in range(2)]  # fmt: skip
