@@ -54,6 +54,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="update docs/reliability.md even with --only (the table then holds "
                    "only these systems)")  # fmt: skip
+    p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
+                   help="measure nothing: write docs/reliability.md's table from these full "
+                   "runs' results (parts of the systems run side by side)")  # fmt: skip
     a = p.parse_args()
     known = systems_in_order()
     a.systems = known
@@ -123,6 +126,12 @@ def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -
 
 def main() -> None:
     a = parse()
+    if a.merge:
+        from lab import report
+
+        report.write_doc(report.merged([Path(m) for m in a.merge], systems_in_order()))
+        log("wrote the table into docs/reliability.md")
+        return
     ensure_harness()  # re-execs inside benchmarks/.venv when needed
     from lab import episodes, report
     from lab.servers import Valkey, scratch

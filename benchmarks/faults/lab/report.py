@@ -52,10 +52,32 @@ def verdict(row: dict[str, Any]) -> str:
     return "duplicates" if twice else "clean"
 
 
+def merged(paths: list[Path], order: list[str]) -> dict[str, Any]:
+    """One document of several runs' results files (each a part of the systems, run side by
+    side to fit the time: each on its own servers), its systems in ``order``; refused unless
+    every part is a full run of the same scenarios and seed."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    for part, path in zip(parts, paths, strict=True):
+        if part["quick"] or part["scenarios"] != parts[0]["scenarios"] or part["seed"] != parts[
+            0
+        ]["seed"]:
+            raise SystemExit(f"{path}: not a full run of the same scenarios and seed as the rest")
+    systems = {name: s for part in parts for name, s in part["systems"].items()}
+    doc = dict(parts[-1])
+    doc["systems"] = {n: systems[n] for n in order if n in systems}
+    doc["commands"] = [part["command"] for part in parts]
+    doc["files"] = [part.get("file") or path.name for part, path in zip(parts, paths, strict=True)]
+    doc["date"] = max(part["date"] for part in parts)
+    return doc
+
+
 def table(doc: dict[str, Any]) -> str:
-    head = (f"Measured {doc['date']} with `{doc['command']}` (seed {doc['seed']}, "
-            f"{'quick' if doc['quick'] else 'full'} sizes; raw figures: "
-            f"`benchmarks/results/{doc['file']}`).\n\n")  # fmt: skip
+    commands = doc.get("commands") or [doc["command"]]
+    files = doc.get("files") or [doc["file"]]
+    shown = ", run side by side, ".join(f"`{c}`" for c in commands)
+    raw = ", ".join(f"`benchmarks/results/{f}`" for f in files)
+    head = (f"Measured {doc['date']} with {shown} (seed {doc['seed']}, "
+            f"{'quick' if doc['quick'] else 'full'} sizes; raw figures: {raw}).\n\n")  # fmt: skip
     lines = ["| system | scenario | what it promises | server | measured | verdict |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for name, s in doc["systems"].items():
