@@ -49,7 +49,9 @@ def verdict(row: dict[str, Any]) -> str:
     lost, twice = count.losses(row), count.duplicates(row)
     if lost:
         return "lost work"
-    return "duplicates" if twice else "clean"
+    if twice:
+        return "duplicates"
+    return "missed ticks" if row.get("missed") else "clean"
 
 
 def merged(paths: list[Path], order: list[str]) -> dict[str, Any]:
@@ -74,7 +76,9 @@ def merged(paths: list[Path], order: list[str]) -> dict[str, Any]:
 def table(doc: dict[str, Any]) -> str:
     commands = doc.get("commands") or [doc["command"]]
     files = doc.get("files") or [doc["file"]]
-    shown = ", run side by side, ".join(f"`{c}`" for c in commands)
+    shown = " and ".join(f"`{c}`" for c in commands)
+    if len(commands) > 1:
+        shown = f"{len(commands)} runs side by side, each on its own servers ({shown})"
     raw = ", ".join(f"`benchmarks/results/{f}`" for f in files)
     head = (f"Measured {doc['date']} with {shown} (seed {doc['seed']}, "
             f"{'quick' if doc['quick'] else 'full'} sizes; raw figures: {raw}).\n\n")  # fmt: skip
