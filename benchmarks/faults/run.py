@@ -2,6 +2,7 @@
 
     python3 benchmarks/faults/run.py                      # full run, updates docs/reliability.md
     python3 benchmarks/faults/run.py --quick              # small counts, short episodes
+    python3 benchmarks/faults/run.py --parallel 1         # one system after another
     python3 benchmarks/faults/run.py --only emq,rq --scenarios worker-sigkill,cron --seed 7
 
 Builds the venvs as benchmarks/run.py does (benchmarks/.venv, one per peer, ``npm ci`` for the
@@ -11,6 +12,8 @@ private Valkey under fault; workers, producer, cron and fan-in processes run thr
 a full run of every system (no --only, or with --docs) also writes the table into
 docs/reliability.md. An episode waits on each system's own recovery period (its visibility
 timeout or lease), so a system with a long one takes longer: emq's quick run is about 1 min.
+The systems run in ``--parallel`` parts side by side (default 4), each with its own ledger
+and servers (:mod:`lab.sides`), joined into one results file.
 See docs/reliability.md.
 """
 
@@ -54,6 +57,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="update docs/reliability.md even with --only (the table then holds "
                    "only these systems)")  # fmt: skip
+    p.add_argument("--parallel", type=int, default=4, metavar="N",
+                   help="run the systems in N parts side by side, each on its own servers, "
+                   "and join their results (default 4; 1: one after another)")  # fmt: skip
     p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
                    help="measure nothing: write docs/reliability.md's table from these full "
                    "runs' results (parts of the systems run side by side)")  # fmt: skip
@@ -124,6 +130,37 @@ def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -
     return {"info": info, "python": py, "rows": rows}
 
 
+def side_by_side(a: argparse.Namespace) -> None:
+    """``--parallel N``: the systems in N child runs at once, joined into one results file
+    (and the docs table, as a run of every system writes it)."""
+    import json
+
+    from lab import report, sides
+    from lab.servers import scratch
+
+    prepare(a.systems)  # build every venv once, before the parts start
+    flags = [*(["--quick"] if a.quick else []), "--seed", str(a.seed)]
+    if a.scenarios:
+        flags += ["--scenarios", a.scenarios]
+    groups = sides.split(a.systems, a.parallel)
+    log(f"{len(groups)} parts side by side: {' | '.join(','.join(g) for g in groups)}")
+    files = sides.run_parts(HERE / "run.py", groups, flags, scratch("emq-faults-parts-"))
+    doc = report.merged(files, systems_in_order() + EXTRA, same_sizes=True)
+    for part in files:  # their figures are all in the joined file
+        part.unlink()
+    doc["command"] = " ".join(["python3", "benchmarks/faults/run.py", *sys.argv[1:]])
+    doc["duration_s"] = round(time.monotonic() - T0, 1)
+    path = report.write_json(doc)
+    doc["file"] = path.name
+    doc.pop("commands", None)
+    doc["files"] = [path.name]
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    log(f"wrote {path}")
+    if not a.quick and not a.no_docs and (a.docs or not a.only):
+        report.write_doc(doc)
+        log("wrote the table into docs/reliability.md")
+
+
 def main() -> None:
     a = parse()
     if a.merge:
@@ -133,6 +170,9 @@ def main() -> None:
         log("wrote the table into docs/reliability.md")
         return
     ensure_harness()  # re-execs inside benchmarks/.venv when needed
+    if a.parallel > 1 and len(a.systems) > 1:
+        side_by_side(a)
+        return
     from lab import episodes, report
     from lab.servers import Valkey, scratch
     from ledger import Ledger

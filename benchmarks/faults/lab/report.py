@@ -54,16 +54,17 @@ def verdict(row: dict[str, Any]) -> str:
     return "missed ticks" if row.get("missed") else "clean"
 
 
-def merged(paths: list[Path], order: list[str]) -> dict[str, Any]:
+def merged(paths: list[Path], order: list[str], same_sizes: bool = False) -> dict[str, Any]:
     """One document of several runs' results files (each a part of the systems, run side by
     side to fit the time: each on its own servers), its systems in ``order``; refused unless
-    every part is a full run of the same scenarios and seed."""
+    every part is a full run (``same_sizes``: of the same sizes) of the same scenarios and
+    seed."""
     parts = [json.loads(p.read_text()) for p in paths]
+    first = parts[0]
     for part, path in zip(parts, paths, strict=True):
-        if part["quick"] or part["scenarios"] != parts[0]["scenarios"] or part["seed"] != parts[
-            0
-        ]["seed"]:
-            raise SystemExit(f"{path}: not a full run of the same scenarios and seed as the rest")
+        sized = part["quick"] == first["quick"] if same_sizes else not part["quick"]
+        if not sized or part["scenarios"] != first["scenarios"] or part["seed"] != first["seed"]:
+            raise SystemExit(f"{path}: not a run of the same sizes, scenarios and seed")
     systems = {name: s for part in parts for name, s in part["systems"].items()}
     doc = dict(parts[-1])
     doc["systems"] = {n: systems[n] for n in order if n in systems}
