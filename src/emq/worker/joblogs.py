@@ -1,15 +1,15 @@
 """The log flusher: what ``ctx.log(line)`` records reaches the server in batches.
 
-Built like the progress flusher (:mod:`.progress`): ``put`` never blocks on the server; it
-appends the line under a lock (from the handler's thread or the loop) and wakes the task
-only when it was idle. The task sends every unsent line of every job in one ``job_log``
-script call per queue (chunks of 1,000 lines), then waits ``progress_interval_ms`` before the
-next send, so a handler that logs in a tight loop costs the server one call per interval, not
-one per line. Before a batch of acknowledgements is sent, :meth:`flush_jobs` sends the unsent
-lines of those jobs (one call, only if some have one), so a job's last lines are stored
-before its outcome; it waits first for a send already in flight (which may hold lines of
-those jobs: an ack sent on another connection could otherwise land before them, and the
-lines be refused). Each line is fenced by its attempt's lease token: a line of a lease this
+A :class:`~.flusher.Flusher`, as the progress flusher (:mod:`.progress`) is: ``put`` never
+blocks on the server; it appends the line under a lock (from the handler's thread or the loop)
+and wakes the task only when it was idle. The task sends every unsent line of every job in one
+``job_log`` script call per queue (chunks of 1,000 lines), then waits ``progress_interval_ms``
+before the next send, so a handler that logs in a tight loop costs the server one call per
+interval, not one per line. Before a batch of acknowledgements is sent, :meth:`flush_jobs`
+sends the unsent lines of those jobs (one call, only if some have one), so a job's last lines
+are stored before its outcome; it waits first for a send already in flight (which may hold
+lines of those jobs: an ack sent on another connection could otherwise land before them, and
+the lines be refused). Each line is fenced by its attempt's lease token: a line of a lease this
 worker no longer holds is refused by the server, and that job's unsent lines are dropped.
 
 Bounded: a job's unsent lines are at most :data:`~emq.calls.logs.MAX_LINES` (the oldest are
@@ -25,8 +25,6 @@ handler logs, and stays: a worker whose handlers never log never calls it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections import deque
 
 from ..calls.call import MAX_BATCH
@@ -34,14 +32,17 @@ from ..calls.logs import MAX_LINES
 from ..model.records import Answer
 from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
+from .flusher import Flusher
 from .heartbeat import Lease
-from .hooks import Hook, Hooks
+from .hooks import Hooks
 
 Lines = dict[Lease, deque[str]]
 
 
-class Logs(Hook):
+class Logs(Flusher):
     """The unsent log lines of each held job, and the task that sends them."""
+
+    what = "logs"
 
     def __init__(
         self,
@@ -50,16 +51,8 @@ class Logs(Hook):
         outage: Outage,
         hooks: Hooks | None = None,
     ) -> None:
-        self._queues = queues
-        self._hooks = hooks
-        self._interval = interval_ms / 1000
-        self._outage = outage
-        self._lock = threading.Lock()
+        super().__init__(queues, interval_ms, outage, hooks)
         self._unsent: Lines = {}
-        self._idle = True  # the task waits for a first line (put must wake it)
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._sending = asyncio.Lock()  # held while lines are in flight (the acks wait)
         self.sent = 0  # lines the server stored
         self.dropped = 0  # lines dropped: over the cap, refused, or not kept by the queue
         self.calls = 0  # job_log script calls
@@ -74,17 +67,9 @@ class Logs(Hook):
             elif len(lines) == MAX_LINES:
                 self.dropped += 1
             lines.append(line)
-            if not self._idle:
-                return
-            self._idle = False
-        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
-            self._loop.call_soon_threadsafe(self._woken)
-
-    def _woken(self) -> None:
-        """On the loop, after a line arrived while the task was idle."""
-        if self._hooks is not None:
-            self._hooks.join(self)  # from now on, the last lines go before each ack batch
-        self._wake.set()
+            wake = self._stored()
+        if wake:
+            self._wake_task()
 
     async def run(self) -> None:
         """Send what is unsent, then wait one interval; wait while nothing is unsent. Ends
@@ -133,14 +118,8 @@ class Logs(Hook):
             return
         async with self._sending:  # lines in flight land first
             due = self._take(leases)
-            if not due:
-                return
-            try:
-                await self._send(due)
-            except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
-                self._outage.failed(exc, "logs")
-            else:
-                self._outage.ok("logs")
+            if due:
+                await self._send_logged(due)
 
     before_ack = flush_jobs  # the hook: a batch of acks is about to be sent
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import EmqError, InvalidOption
 from ..model.checks import check_int
@@ -114,6 +114,20 @@ class WorkerOptions:
 ISOLATIONS = ("thread", "process")
 """Where a sync handler runs: a thread of the worker's pool, or a child process
 (:mod:`.children`)."""
+
+
+class TaskOptions(TypedDict, total=False):
+    """The keywords of :meth:`Tasks.task <emq.Tasks.task>`, which ``@worker.task`` passes on."""
+
+    max_attempts: int | None
+    timeout_ms: int | None
+    backoff: Backoff | None
+    result_ttl_ms: int | None
+    lane: str | None
+    priority: int | None
+    isolation: str
+    max_memory_mb: int | None
+    max_jobs_per_child: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,25 +25,26 @@ way, its own hook), and :meth:`Progress.run` runs both: one task, one sink for a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import threading
 import time
 from collections.abc import Iterable
 
 from ..model.records import Answer
 from ..queue._async.queue import AsyncQueue
 from .connect import SERVER_ERRORS, Outage
+from .flusher import Flusher
 from .heartbeat import Lease
-from .hooks import Hook, Hooks
+from .hooks import Hooks
 from .joblogs import Logs
 
 CHUNK = 1_000
 PRUNE_AT = 4_096  # send times kept before the stale ones are dropped
 
 
-class Progress(Hook):
+class Progress(Flusher):
     """The latest unsent progress of each held job, and the task that sends it."""
+
+    what = "progress"
 
     def __init__(
         self,
@@ -52,17 +53,9 @@ class Progress(Hook):
         outage: Outage,
         hooks: Hooks | None = None,
     ) -> None:
-        self._queues = queues
-        self._hooks = hooks
-        self._interval = interval_ms / 1000
-        self._outage = outage
-        self._lock = threading.Lock()
-        self._sending = asyncio.Lock()  # held while values are in flight: an ack waits
+        super().__init__(queues, interval_ms, outage, hooks)
         self._latest: dict[Lease, str] = {}  # values not sent yet (the latest per job)
         self._sent_at: dict[Lease, float] = {}  # monotonic time of each job's last send
-        self._idle = True  # the task waits for a first value (put must wake it)
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
         self.sent = 0  # values the server stored
         self.calls = 0  # progress script calls
         self.logs = Logs(queues, interval_ms, outage, hooks)  # ctx.log's lines
@@ -73,17 +66,9 @@ class Progress(Hook):
         """Keep ``text`` (JSON) as the latest progress of ``lease``; from any thread."""
         with self._lock:
             self._latest[lease] = text
-            if not self._idle:
-                return
-            self._idle = False
-        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
-            self._loop.call_soon_threadsafe(self._woken)
-
-    def _woken(self) -> None:
-        """On the loop, after a value arrived while the task was idle."""
-        if self._hooks is not None:
-            self._hooks.join(self)  # from now on, the last values go before each ack batch
-        self._wake.set()
+            wake = self._stored()
+        if wake:
+            self._wake_task()
 
     async def run(self) -> None:
         """Run the progress sender and the log flusher (:meth:`.joblogs.Logs.run`) until
@@ -161,12 +146,7 @@ class Progress(Hook):
                     if text is not None:
                         due.append((lease, text))
             if due:
-                try:
-                    await self._send(due)
-                except SERVER_ERRORS as exc:  # advisory: the acks go on; the episode is logged
-                    self._outage.failed(exc, "progress")
-                else:
-                    self._outage.ok("progress")
+                await self._send_logged(due)
 
     before_ack = flush_jobs  # the hook: a batch of acks is about to be sent
 

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from ..calls.call import check_job_name
 from ..errors import EmqError, InvalidOption
@@ -27,7 +27,7 @@ from ..queue._sync.queue import Queue
 from ..server.durability import check_queues
 from ..server.urls import check_url
 from .connect import ClientFactory
-from .options import Handler, HandlerSpec, WorkerOptions, WorkerStats
+from .options import Handler, HandlerSpec, TaskOptions, WorkerOptions, WorkerStats
 from .runner import Runner
 from .startup import first_read
 from .tasks import BaseTask, TaskDecorator, Tasks
@@ -162,23 +162,12 @@ class Worker:
         tasks.serve(self.queue_names, self._add_task)
 
     def task(
-        self,
-        name: str | None = None,
-        *,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        timeout_ms: int | None = None,
-        backoff: Backoff | None = None,
-        result_ttl_ms: int | None = None,
-        lane: str | None = None,
-        priority: int | None = None,
-        isolation: str = "thread",
-        max_memory_mb: int | None = None,
-        max_jobs_per_child: int | None = None,
+        self, name: str | None = None, *, queue: str | None = None, **options: Unpack[TaskOptions]
     ) -> TaskDecorator:
         """Decorator: ``@worker.task()`` makes the function a task of ``queue`` (default: this
-        worker's first) that this worker runs: as :meth:`Tasks.task <emq.Tasks.task>`, its
-        enqueues sent through the worker's queue object or URL (docs/tasks.md)."""
+        worker's first) that this worker runs: as :meth:`Tasks.task <emq.Tasks.task>`, with
+        its keywords, its enqueues sent through the worker's queue object or URL
+        (docs/tasks.md)."""
         queue = queue or self.queue_names[0]
         own = self._tasks.get(queue)
         if own is None:
@@ -187,10 +176,7 @@ class Worker:
                 if not isinstance(t, str) and t.name == queue:
                     own.bind(t)
             self.include(own)
-        return own.task(name, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
-                        result_ttl_ms=result_ttl_ms, lane=lane, priority=priority,
-                        isolation=isolation, max_memory_mb=max_memory_mb,
-                        max_jobs_per_child=max_jobs_per_child)  # fmt: skip
+        return own.task(name, **options)
 
     def _add_task(self, task: BaseTask[Any, Any]) -> None:
         held = self.handlers.get(task.name)

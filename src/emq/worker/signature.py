@@ -255,4 +255,3 @@ class ChildTask:
         args, kwargs = sig.call_args(payload)
         value = self.fn(*args, **kwargs)
         return asyncio.run(value) if inspect.iscoroutine(value) else value
-
