@@ -12,8 +12,9 @@ private Valkey under fault; workers, producer, cron and fan-in processes run thr
 a full run of every system (no --only, or with --docs) also writes the table into
 docs/reliability.md. An episode waits on each system's own recovery period (its visibility
 timeout or lease), so a system with a long one takes longer: emq's quick run is about 1 min.
-The systems run in ``--parallel`` parts side by side (default 4), each with its own ledger
-and servers (:mod:`lab.sides`), joined into one results file.
+The episodes run in ``--parallel`` parts side by side (default 6, 10 with --quick: about
+6 min for every system), each part with its own ledger and servers (:mod:`lab.sides`),
+joined into one results file.
 See docs/reliability.md.
 """
 
@@ -57,9 +58,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="update docs/reliability.md even with --only (the table then holds "
                    "only these systems)")  # fmt: skip
-    p.add_argument("--parallel", type=int, default=4, metavar="N",
-                   help="run the systems in N parts side by side, each on its own servers, "
-                   "and join their results (default 4; 1: one after another)")  # fmt: skip
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="run the episodes in N parts side by side, each on its own servers, "
+                   "and join their results (default 6, with --quick 10; 1: one after "
+                   "another)")  # fmt: skip
+    p.add_argument("--pairs", default="", help=argparse.SUPPRESS)  # one part's SYSTEM:SCENARIO
     p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
                    help="measure nothing: write docs/reliability.md's table from these full "
                    "runs' results (parts of the systems run side by side)")  # fmt: skip
@@ -72,6 +75,8 @@ def parse() -> argparse.Namespace:
         if unknown:
             p.error(f"unknown systems {unknown}; choose from {known + EXTRA}")
         a.systems = [s for s in known + EXTRA if s in wanted]
+    if a.parallel is None:  # quick episodes are light: more of them fit side by side
+        a.parallel = 10 if a.quick else 6
     a.scenario_list = SCENARIOS
     if a.scenarios:
         wanted = [s.strip() for s in a.scenarios.split(",") if s.strip()]
@@ -79,6 +84,19 @@ def parse() -> argparse.Namespace:
         if unknown:
             p.error(f"unknown scenarios {unknown}; choose from {SCENARIOS}")
         a.scenario_list = [s for s in SCENARIOS if s in wanted]
+    a.pairs_list = [(sy, sc) for sy in a.systems for sc in a.scenario_list]
+    if a.pairs:  # a part of a run side by side: these episodes only
+        from lab.sides import parse_pairs
+
+        try:
+            a.pairs_list = parse_pairs(a.pairs)
+        except ValueError as exc:
+            p.error(f"--pairs: {exc}")
+        bad = [f"{sy}:{sc}" for sy, sc in a.pairs_list
+               if sy not in known + EXTRA or sc not in SCENARIOS]  # fmt: skip
+        if bad:
+            p.error(f"--pairs: unknown systems or scenarios {bad}")
+        a.systems = list(dict.fromkeys(sy for sy, _ in a.pairs_list))
     return a
 
 
@@ -108,19 +126,26 @@ def python_for(system: str) -> str:
     return str(peer_python("emq" if system in NODE_PEERS or system in EXTRA else system))
 
 
+def info_of(system: str, workdir: Path) -> dict[str, Any]:
+    """The adapter's ``info``: promise, settings, recovery period, scenarios it runs."""
+    from lab.agents import Where, once
+
+    return once(Where(python_for(system), system, "", "", workdir / "logs" / system), "info",
+                "", 120)  # fmt: skip
+
+
 def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -> dict[str, Any]:
     from lab import episodes
-    from lab.agents import Where, once
 
     py = python_for(system)
     try:
-        info = once(Where(py, system, "", "", workdir / "logs" / system), "info", "", 120)
+        info = info_of(system, workdir)
     except Exception as exc:
         return {"error": f"info failed: {exc}"[:500], "rows": []}
     sizes = episodes.QUICK if a.quick else episodes.FULL
     ep = episodes.Episode(py, system, info, sizes, a.seed, ledger, workdir)
     rows = []
-    for scenario in a.scenario_list:
+    for scenario in [sc for sy, sc in a.pairs_list if sy == system]:
         row = episodes.run(ep, scenario)
         rows.append(row)
         from lab.report import measured
@@ -131,20 +156,35 @@ def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -
 
 
 def side_by_side(a: argparse.Namespace) -> None:
-    """``--parallel N``: the systems in N child runs at once, joined into one results file
+    """``--parallel N``: the episodes in N child runs at once, joined into one results file
     (and the docs table, as a run of every system writes it)."""
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
-    from lab import report, sides
+    from lab import episodes, report, sides
     from lab.servers import scratch
 
-    prepare(a.systems)  # build every venv once, before the parts start
+    why = prepare(a.systems)  # build every venv once, before the parts start
+    workdir = scratch("emq-faults-parts-")
+    sizes = episodes.QUICK if a.quick else episodes.FULL
+
+    def info(system: str) -> dict[str, Any]:
+        try:
+            return {} if system in why else info_of(system, workdir)
+        except Exception:  # the part that runs it says why in its row
+            return {}
+
+    with ThreadPoolExecutor(4) as pool:
+        infos = dict(zip(a.systems, pool.map(info, a.systems), strict=True))
+    costs = {(sy, sc): sides.cost(sizes, infos[sy], sc) for sy, sc in a.pairs_list}
+    groups = sides.split(a.pairs_list, a.parallel, costs)
     flags = [*(["--quick"] if a.quick else []), "--seed", str(a.seed)]
     if a.scenarios:
         flags += ["--scenarios", a.scenarios]
-    groups = sides.split(a.systems, a.parallel)
-    log(f"{len(groups)} parts side by side: {' | '.join(','.join(g) for g in groups)}")
-    files = sides.run_parts(HERE / "run.py", groups, flags, scratch("emq-faults-parts-"))
+    expected = max(sum(costs[p] for p in g) for g in groups)
+    log(f"{len(groups)} parts side by side, the longest expected to take about "
+        f"{expected / 60:.0f} min (logs in {workdir})")  # fmt: skip
+    files = sides.run_parts(HERE / "run.py", groups, flags, workdir)
     doc = report.merged(files, systems_in_order() + EXTRA, same_sizes=True)
     for part in files:  # their figures are all in the joined file
         part.unlink()
@@ -170,7 +210,7 @@ def main() -> None:
         log("wrote the table into docs/reliability.md")
         return
     ensure_harness()  # re-execs inside benchmarks/.venv when needed
-    if a.parallel > 1 and len(a.systems) > 1:
+    if a.parallel > 1 and len(a.pairs_list) > 1 and not a.pairs:
         side_by_side(a)
         return
     from lab import episodes, report

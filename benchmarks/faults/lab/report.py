@@ -20,9 +20,16 @@ BEGIN, END = "<!-- faults-table -->", "<!-- /faults-table -->"
 def write_json(doc: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
-    path = RESULTS / f"faults-{stamp}.json"
-    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    return path
+    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    for n in range(1, 100):  # parts side by side may finish in the same second
+        path = RESULTS / f"faults-{stamp}{'' if n == 1 else f'-{n}'}.json"
+        try:
+            with path.open("x") as out:
+                out.write(text)
+            return path
+        except FileExistsError:
+            continue
+    raise SystemExit(f"{RESULTS}: too many results files named faults-{stamp}")
 
 
 def measured(row: dict[str, Any]) -> str:
@@ -65,7 +72,17 @@ def merged(paths: list[Path], order: list[str], same_sizes: bool = False) -> dic
         sized = part["quick"] == first["quick"] if same_sizes else not part["quick"]
         if not sized or part["scenarios"] != first["scenarios"] or part["seed"] != first["seed"]:
             raise SystemExit(f"{path}: not a run of the same sizes, scenarios and seed")
-    systems = {name: s for part in parts for name, s in part["systems"].items()}
+    systems: dict[str, dict[str, Any]] = {}
+    for part in parts:  # a system's episodes may have run in several parts
+        for name, s in part["systems"].items():
+            into = systems.setdefault(name, {**s, "rows": []})
+            into.update({k: v for k, v in s.items() if k != "rows"})
+            into["rows"] += s.get("rows") or []
+    place = {name: i for i, name in enumerate(first["scenarios"])}
+    for s in systems.values():
+        s["rows"].sort(key=lambda row: place.get(row["scenario"], len(place)))
+        if s["rows"]:
+            s.pop("error", None)  # a part that could run it ran it
     doc = dict(parts[-1])
     doc["systems"] = {n: systems[n] for n in order if n in systems}
     doc["commands"] = [part["command"] for part in parts]
