@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from harness.private import url_or_private
+from harness.server import server_cpu_s
 
 from emq import Queue
 
@@ -33,6 +34,7 @@ def measure(url: str, jobs: int = 100_000, limit: int = 100) -> dict[str, Any]:
         c.config_resetstat()
         durations: list[float] = []
         recovered = 0
+        cpu0 = server_cpu_s(c)
         t0 = time.perf_counter()
         while True:  # sweep_all, timed call by call
             t = time.perf_counter()
@@ -42,6 +44,7 @@ def measure(url: str, jobs: int = 100_000, limit: int = 100) -> dict[str, Any]:
             if len(r.recovered) + len(r.dead) < limit:
                 break
         elapsed = time.perf_counter() - t0
+        cpu = server_cpu_s(c) - cpu0
         stats = c.info("commandstats")["cmdstat_evalsha"]
         durations.sort()
         q.obliterate(force=True)
@@ -55,6 +58,7 @@ def measure(url: str, jobs: int = 100_000, limit: int = 100) -> dict[str, Any]:
         "rate": recovered / elapsed,
         "elapsed_ms": elapsed * 1000,
         "server_usec_per_call": float(stats["usec_per_call"]),
+        "server_us_per_lease": cpu / max(1, recovered) * 1e6,
         "call_p50_ms": durations[len(durations) // 2] * 1000,
         "call_p99_ms": durations[int(len(durations) * 0.99)] * 1000,
         "call_max_ms": durations[-1] * 1000,
@@ -79,6 +83,7 @@ def main() -> None:
         )
         print(f"sweep rate: {r['rate']:,.0f} leases/s ({r['elapsed_ms']:.0f} ms in all)")
         print(f"server time per call (commandstats): {r['server_usec_per_call'] / 1000:.2f} ms")
+        print(f"server CPU per expired lease (INFO cpu): {r['server_us_per_lease']:.1f} us")
         print(
             f"round trip per call at the client: p50 {r['call_p50_ms']:.2f} ms, "
             f"p99 {r['call_p99_ms']:.2f} ms, max {r['call_max_ms']:.2f} ms "

@@ -3,6 +3,12 @@
 Enqueue rates come from the producer timing itself (setup excluded). Processing and latency
 come from the handlers' probe records (see peers/probe.py): the harness reads them while the
 workers run and kills the workers (their whole process group) once it has what it needs.
+
+The server's CPU per job (``server_us_per_job``, ``INFO cpu`` user + sys of the server
+process) is read around the bulk enqueue (the producer's connect and script loads included,
+tiny against its thousands of jobs) and around a processing run, from the workers' start to
+the moment the last job's handler started (their start-up and idle polls included: what a
+fleet costs its server).
 """
 
 from __future__ import annotations
@@ -131,8 +137,10 @@ def enqueue(peer: Peer, server: Server, bulk: bool, n: int) -> dict[str, Any]:
     time.sleep(0.05)
     before, keys_before = server.used_memory(), server.dbsize()
     action = "enqueue-bulk" if bulk else "enqueue-one"
+    cpu0 = server.cpu_s()
     out = run_json(peer, action, server.url, timeout=240, n=n)
     if bulk:
+        out["server_us_per_job"] = (server.cpu_s() - cpu0) / n * 1e6
         time.sleep(0.05)
         out["memory_bytes_per_job"] = (server.used_memory() - before) / n
         out["keys_per_job"] = (server.dbsize() - keys_before) / n
@@ -160,6 +168,7 @@ def processing(
 ) -> dict[str, Any]:
     server.flush()
     run_json(peer, "prefill", server.url, timeout=240, n=n)
+    cpu0 = server.cpu_s()
     workers = Workers(peer, server.url, procs, tag)
     try:
         t0 = time.monotonic()
@@ -168,12 +177,15 @@ def processing(
             time.sleep(0.05)
             workers.check_alive()
             records = workers.records()
+        used = server.cpu_s() - cpu0
         time.sleep(0.05)
         records = workers.records()
     finally:
         workers.stop()
     out = {"n": n, "ran": len(records), "complete": len(records) >= n}
     out["rate"] = _window_rate([r[0] for r in records])
+    if records:
+        out["server_us_per_job"] = used / len(records) * 1e6
     return out
 
 

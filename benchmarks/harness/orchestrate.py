@@ -102,7 +102,11 @@ def _summarise(s: dict[str, Any]) -> None:
         "proc_2": _med(s, "proc_2", "rate"),
         "latency_p50_ms": _med(s, "latency", "p50_ms"),
         "latency_p99_ms": _med(s, "latency", "p99_ms"),
+        "server_enqueue_us": _med(s, "enqueue_bulk", "server_us_per_job"),
+        "server_drain_us": _med(s, "proc_1", "server_us_per_job"),
     }
+    if figs["server_enqueue_us"] is not None and figs["server_drain_us"] is not None:
+        figs["server_us_per_job"] = figs["server_enqueue_us"] + figs["server_drain_us"]
     lat = [r for r in s["runs"].get("latency", []) if "p50_ms" in r]
     figs["latency_saturated"] = sum(1 for r in lat if r["saturated"]) * 2 > len(lat)
     s["figures"] = figs
@@ -153,7 +157,8 @@ def _sweep(server: Server, cfg: dict[str, Any], runs: int) -> dict[str, Any]:
         out.append(sweep_measure(server.url, cfg["sweep_leases"], 100))
         log(f"sweep run {i + 1}/{runs}: {out[-1]}")
     summary: dict[str, Any] = {"runs": out, "leases": cfg["sweep_leases"], "limit": 100}
-    for field in ("rate", "call_max_ms", "call_p99_ms", "server_usec_per_call", "calls"):
+    for field in ("rate", "call_max_ms", "call_p99_ms", "server_usec_per_call", "calls",
+                  "server_us_per_lease"):  # fmt: skip
         summary[field] = median([r[field] for r in out])
     summary["call_max_ms_worst"] = max(r["call_max_ms"] for r in out)
     return summary

@@ -3,7 +3,9 @@ when nothing of a queue is in the way.
 
 - ``redis-benchmark`` (or ``valkey-benchmark``): 50 clients, without and with pipelining;
 - redis-py (with hiredis), sync and asyncio, one call at a time (also the round trip's p50 and
-  p99) and pipelined 1,000 calls per round trip.
+  p99) and pipelined 1,000 calls per round trip;
+- the server's CPU per trivial EVALSHA, pipelined 50 deep from one sync client (a worker's
+  claim batch): the floor a job's lifecycle is compared with.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from .server import Server
+from .server import Server, server_cpu_s
 from .stats import percentile
 
 SCRIPT = "return 1"
 PIPE = 1000
+TRIVIAL_DEPTH = 50
 
 
 def redis_benchmark(server: Server, pipeline: int, n: int) -> dict[str, Any]:
@@ -56,11 +59,19 @@ def redis_py_sync(server: Server, n: int) -> dict[str, Any]:
             p.evalsha(sha, 0)
         p.execute()
     piped = n * 10 / (time.perf_counter() - t0)
+    cpu0 = server_cpu_s(c)
+    for _ in range(0, n * 10, TRIVIAL_DEPTH):
+        p = c.pipeline(transaction=False)
+        for _ in range(TRIVIAL_DEPTH):
+            p.evalsha(sha, 0)
+        p.execute()
+    trivial_us = (server_cpu_s(c) - cpu0) / (n * 10) * 1e6
     c.close()
     per_call.sort()
     return {
         "one_by_one_rate": one,
         "pipelined_rate": piped,
+        "trivial_server_us": trivial_us,
         "rtt_p50_ms": percentile(per_call, 50) * 1000,
         "rtt_p99_ms": percentile(per_call, 99) * 1000,
     }

@@ -56,6 +56,9 @@ def values_table(result: dict[str, Any]) -> str:
                 cell += " (saturated)"
             if f.key == "memory_bytes_per_job" and figs.get(f.key) is not None:
                 cell += "" if per_job_row(s) else " (no per-job key)"
+            if f.key == "server_us_per_job" and figs.get(f.key) is not None:
+                cell += (f" ({_num(figs['server_enqueue_us'])} + "
+                         f"{_num(figs['server_drain_us'])})")  # fmt: skip
             cells.append(cell)
         if s.get("status") != "ok":
             cells[1] = _status(s) + " " + cells[1]
@@ -110,7 +113,8 @@ def targets_table(result: dict[str, Any]) -> str:
         if isinstance(against, dict):
             ref = f"{against['peer']} {_num(against['value'])}"
         elif isinstance(against, float):
-            ref = f"{against:,.0f}/s"
+            unit = t.get("ref_unit", "/s")
+            ref = f"{against:,.2f}{unit}" if against < 100 else f"{against:,.0f}{unit}"
         else:
             ref = ""
         met = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
@@ -125,7 +129,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(result["systems"])
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
+    fig, axes = plt.subplots(3, 3, figsize=(14, 11))
     for ax, f in zip(axes.flat, FIGURES, strict=False):
         values = [result["systems"][n].get("figures", {}).get(f.key) or 0 for n in names]
         palette = {"emq": "#d62728", "emq-loop": "#f4a3a3"}
@@ -147,6 +151,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
         "emq only",
         f"sweep: {sweep.get('rate', 0):,.0f} expired leases/s",
         f"longest sweep call: {sweep.get('call_max_ms_worst', 0):.2f} ms",
+        f"server CPU per expired lease: {sweep.get('server_us_per_lease', 0):.1f} us",
         "",
         f"server: {result['server'].get('kind')} {result['server'].get('version')}",
         f"load avg start/end: {result['machine']['load_start'][0]:.2f} / "
@@ -182,7 +187,11 @@ def section(result: dict[str, Any], chart_rel: str) -> str:
         f"{sweep.get('limit', 0)}); the longest single call took "
         f"{sweep.get('call_max_ms_worst', 0):.2f} ms at the client (median of the runs' "
         f"longest: {sweep.get('call_max_ms', 0):.2f} ms; server time per call "
-        f"{sweep.get('server_usec_per_call', 0) / 1000:.2f} ms).",
+        f"{sweep.get('server_usec_per_call', 0) / 1000:.2f} ms, server CPU per expired "
+        f"lease {sweep.get('server_us_per_lease', 0):.1f} us). Server CPU per job is "
+        "`INFO cpu` (user + sys) of the server process around the bulk enqueue plus around "
+        "the one-process drain, per job: the figure that sets how large a fleet one server "
+        "carries.",
         "### Ratio against the best peer in the same run (above 1: better than it)",
         ratio_table(result, "vs_best_peer"),
         "### Ratio against the raw limit (1 = as fast as the bare EVALSHA)",

@@ -99,6 +99,14 @@ class Server:
         c.config_resetstat()
         c.close()
 
+    def cpu_s(self) -> float:
+        """The server process's CPU seconds so far (:func:`server_cpu_s`)."""
+        c = self.client()
+        try:
+            return server_cpu_s(c)
+        finally:
+            c.close()
+
     def used_memory(self) -> int:
         c = self.client()
         try:
