@@ -137,7 +137,7 @@ def enqueue(peer: Peer, server: Server, bulk: bool, n: int) -> dict[str, Any]:
     time.sleep(0.05)
     before, keys_before = server.used_memory(), server.dbsize()
     action = "enqueue-bulk" if bulk else "enqueue-one"
-    cpu0 = server.cpu_s()
+    cpu0 = server.cpu_s() if bulk else 0.0
     out = run_json(peer, action, server.url, timeout=240, n=n)
     if bulk:
         out["server_us_per_job"] = (server.cpu_s() - cpu0) / n * 1e6

@@ -24,7 +24,7 @@ from .hooks import Hook, Hooks
 
 class Flusher(Hook):
     """One sink for held jobs' advisory values; a subclass names itself (``what``, as the
-    outage log says) and sends (``_send``)."""
+    outage log says), keeps its unsent values (``_start``) and sends them (``_send``)."""
 
     what = "values"
 
@@ -37,13 +37,24 @@ class Flusher(Hook):
     ) -> None:
         self._queues = queues
         self._hooks = hooks
-        self._interval = interval_ms / 1000
+        self._interval_ms = interval_ms
         self._outage = outage
         self._lock = threading.Lock()
         self._sending = asyncio.Lock()  # held while values are in flight: an ack waits
         self._idle = True  # the task waits for a first value (put must wake it)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self.sent = 0  # values the server stored
+        self.calls = 0  # script calls that sent them
+        self._start()
+
+    def _start(self) -> None:
+        """The subclass's own state, made once the shared state exists."""
+
+    @property
+    def _interval(self) -> float:
+        """Seconds between two sends (``progress_interval_ms``)."""
+        return self._interval_ms / 1000
 
     def _stored(self) -> bool:
         """Under :attr:`_lock`, after a value was stored: True when the task was idle and

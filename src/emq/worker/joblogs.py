@@ -30,11 +30,9 @@ from collections import deque
 from ..calls.call import MAX_BATCH
 from ..calls.logs import MAX_LINES
 from ..model.records import Answer
-from ..queue._async.queue import AsyncQueue
-from .connect import SERVER_ERRORS, Outage
+from .connect import SERVER_ERRORS
 from .flusher import Flusher
 from .heartbeat import Lease
-from .hooks import Hooks
 
 Lines = dict[Lease, deque[str]]
 
@@ -44,18 +42,9 @@ class Logs(Flusher):
 
     what = "logs"
 
-    def __init__(
-        self,
-        queues: dict[str, AsyncQueue],
-        interval_ms: int,
-        outage: Outage,
-        hooks: Hooks | None = None,
-    ) -> None:
-        super().__init__(queues, interval_ms, outage, hooks)
+    def _start(self) -> None:
         self._unsent: Lines = {}
-        self.sent = 0  # lines the server stored
         self.dropped = 0  # lines dropped: over the cap, refused, or not kept by the queue
-        self.calls = 0  # job_log script calls
 
     def put(self, lease: Lease, line: str) -> None:
         """Keep ``line`` (from :func:`~emq.calls.logs.encode_line`) for ``lease``; from any

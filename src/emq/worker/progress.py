@@ -30,11 +30,9 @@ import time
 from collections.abc import Iterable
 
 from ..model.records import Answer
-from ..queue._async.queue import AsyncQueue
-from .connect import SERVER_ERRORS, Outage
+from .connect import SERVER_ERRORS
 from .flusher import Flusher
 from .heartbeat import Lease
-from .hooks import Hooks
 from .joblogs import Logs
 
 CHUNK = 1_000
@@ -46,19 +44,11 @@ class Progress(Flusher):
 
     what = "progress"
 
-    def __init__(
-        self,
-        queues: dict[str, AsyncQueue],
-        interval_ms: int,
-        outage: Outage,
-        hooks: Hooks | None = None,
-    ) -> None:
-        super().__init__(queues, interval_ms, outage, hooks)
+    def _start(self) -> None:
         self._latest: dict[Lease, str] = {}  # values not sent yet (the latest per job)
         self._sent_at: dict[Lease, float] = {}  # monotonic time of each job's last send
-        self.sent = 0  # values the server stored
-        self.calls = 0  # progress script calls
-        self.logs = Logs(queues, interval_ms, outage, hooks)  # ctx.log's lines
+        hooks = self._hooks
+        self.logs = Logs(self._queues, self._interval_ms, self._outage, hooks)  # ctx.log's
         if hooks is not None:
             hooks.add(self.logs, joined=False)  # joins with the first line logged
 
