@@ -266,10 +266,21 @@ def test_a_coordinated_failover_is_ridden_out_with_nothing_lost(
         old = watched.primary_port()
         pw = watched._password()
         watcher = watched._ports()[1][0]
-        reply = watched._ask(watcher, pw, "SENTINEL", "FAILOVER", watched.service, "COORDINATED")
-        assert reply in ("OK", True), reply
         before = len(acked)
-        _wait(lambda: watched.primary_port() != old, "the promotion")
+        # A coordinated failover aborts when the replica does not catch up within the
+        # primary's FAILOVER timeout (a busy machine); the primary then takes writes again
+        # and an operator asks once more. Three asks bound the hang.
+        for attempt in range(3):
+            reply = watched._ask(watcher, pw, "SENTINEL", "FAILOVER", watched.service,
+                                 "COORDINATED")  # fmt: skip
+            assert attempt > 0 or reply in ("OK", True), reply
+            try:
+                _wait(lambda: watched.primary_port() != old, "the promotion", HANG / 3)
+                break
+            except AssertionError:
+                print(f"\ncoordinated failover: ask {attempt + 1} did not promote ({reply!r})")
+        else:
+            raise AssertionError("three coordinated failovers asked for, none promoted")
         _wait(lambda: len(acked) >= before + 500, "enqueues after the failover")
     finally:
         stop.set()
