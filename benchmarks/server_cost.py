@@ -120,6 +120,13 @@ def trivial(client: redis.Redis, calls: int, batch: int) -> dict[str, Any]:
     return delta(s0, snapshot(client), calls)
 
 
+def server_name(client: redis.Redis) -> str:
+    """``valkey 9.1.2`` or ``redis 7.0.15``: the server's kind and version."""
+    info = client.info("server")
+    kind = "valkey" if "valkey_version" in info else "redis"
+    return f"{kind} {info.get('valkey_version', info['redis_version'])}"
+
+
 def med(rounds: list[dict[str, Any]], step: str, field: str = "cpu_us") -> float:
     return statistics.median(r[step][field] for r in rounds)
 
@@ -203,9 +210,7 @@ def main() -> None:
         client = redis.Redis.from_url(url, decode_responses=True)
         if not args.aof:
             client.config_set("appendonly", "no")
-        info = client.info("server")
-        kind = "valkey" if "valkey_version" in info else "redis"
-        name = f"{kind} {info.get('valkey_version', info['redis_version'])}"
+        name = server_name(client)
         for i in range(args.rounds):
             client.flushall()
             q = Queue.from_url(url, f"cost{i}")

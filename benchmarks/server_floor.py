@@ -36,7 +36,7 @@ from typing import Any
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_cost import RESULTS, STEPS, lifecycle, snapshot, trivial
+from server_cost import RESULTS, STEPS, lifecycle, server_name, snapshot, trivial
 
 from emq import Queue, QueueOptions
 from emq.embedded.standalone import EmbeddedServer
@@ -138,9 +138,7 @@ def main() -> None:
     try:
         client = redis.Redis.from_url(url, decode_responses=True)
         client.config_set("appendonly", "no")
-        info = client.info("server")
-        kind = "valkey" if "valkey_version" in info else "redis"
-        name = f"{kind} {info.get('valkey_version', info['redis_version'])}"
+        name = server_name(client)
         for i in range(args.rounds):
             client.flushall()
             q = Queue.from_url(url, f"cost{i}")
