@@ -36,7 +36,7 @@ from typing import Any
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_cost import RESULTS, STEPS, lifecycle, server_name, snapshot, trivial
+from server_cost import RESULTS, STEPS, delta, lifecycle, server_name, snapshot, trivial
 
 from emq import Queue, QueueOptions
 from emq.embedded.standalone import EmbeddedServer
@@ -54,7 +54,7 @@ return #ids
 CLAIM = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local token = t[1] .. t[2]
+local token = t[1] .. string.format('%06d', t[2])
 local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if not ids then return {} end
 local out, leased = {}, {}
@@ -77,11 +77,12 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local given = {}
 for i = 1, #ARGV, 2 do given[#given + 1] = ARGV[i] end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(given))
-local rows, out = {}, {}
+local ids, rows, out = {}, {}, {}
 for n, id in ipairs(given) do
   local row = 'floor:job:' .. id
   local live = scores[n] and tonumber(scores[n]) > now
   if live and redis.call('HGET', row, 'token') == ARGV[2 * n] then
+    ids[#ids + 1] = id
     rows[#rows + 1] = row
     out[n] = 1
   else
@@ -90,7 +91,7 @@ for n, id in ipairs(given) do
 end
 if #rows > 0 then
   redis.call('DEL', unpack(rows))
-  redis.call('ZREM', KEYS[1], unpack(given))
+  redis.call('ZREM', KEYS[1], unpack(ids))
 end
 return out
 """
@@ -116,12 +117,13 @@ def floor_lifecycle(client: redis.Redis, jobs: int, batch: int) -> dict[str, flo
     s3 = snapshot(client)
     if sum(len(p) // 2 for p in claimed) != jobs or client.exists("floor:active"):
         raise SystemExit("the floor's lifecycle did not complete every job")
+    spans = {"enqueue": (s0, s1), "claim": (s1, s2), "complete": (s2, s3), "lifecycle": (s0, s3)}
+    return {step: delta(a, b, jobs)["cpu_us"] for step, (a, b) in spans.items()}
 
-    def us(a: Any, b: Any) -> float:
-        return (b[0] - a[0]) * 1e6 / jobs
 
-    return {"enqueue": us(s0, s1), "claim": us(s1, s2), "complete": us(s2, s3),
-            "lifecycle": us(s0, s3)}  # fmt: skip
+def emq_lifecycle(q: Queue, jobs: int, batch: int) -> dict[str, float]:
+    """emq's server CPU per job for each step (and the lifecycle), as server_cost counts it."""
+    return {step: d["cpu_us"] for step, d in lifecycle(q, jobs, batch).items()}
 
 
 def main() -> None:
@@ -146,10 +148,8 @@ def main() -> None:
             q.check_server()
             q.new_ids(1)
             r = {
-                "emq": {k: v["cpu_us"] for k, v in lifecycle(q, args.jobs, args.batch).items()},
-                "events_off": {
-                    k: v["cpu_us"] for k, v in lifecycle(quiet, args.jobs, args.batch).items()
-                },
+                "emq": emq_lifecycle(q, args.jobs, args.batch),
+                "events_off": emq_lifecycle(quiet, args.jobs, args.batch),
                 "floor": floor_lifecycle(client, args.jobs, args.batch),
                 "trivial": trivial(client, args.jobs, args.batch)["cpu_us"],
             }
