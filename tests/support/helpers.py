@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -117,3 +119,16 @@ def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str
             break
         queue.fail_many([(c.id, c.token, error, False, None) for c in claimed])
     return ids
+
+
+def log_records(log: Path, event: str | None = None) -> list[dict[str, Any]]:
+    """The JSON records a live process has finished writing to ``log``.
+
+    A process that is still running may be halfway through a line: only lines
+    ended by a newline are read, so a record caught mid-write is left for the
+    next read instead of failing it.
+    """
+    text = log.read_text()
+    complete = text[: text.rfind("\n") + 1]
+    records = [json.loads(line) for line in complete.splitlines() if line.startswith("{")]
+    return [r for r in records if event is None or r.get("event") == event]

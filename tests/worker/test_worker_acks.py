@@ -320,6 +320,7 @@ async def test_a_bug_in_a_jobs_story_stops_the_worker_loudly(
         raise RuntimeError("a bug in the job's story")
 
     monkeypatch.setattr(Executor, "decide", broken)
+
     async def run_async(payload: Any) -> None:
         return None
 

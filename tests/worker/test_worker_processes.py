@@ -7,7 +7,6 @@ deadline that only bounds a hang, never a speed.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import redis
 
 from emq import Queue
 
+from ..support.helpers import log_records
 from ..support.worker_handlers import open_gate, runs_key
 from .test_worker_procs import CLI, HANG, wait_for
 
@@ -48,13 +48,7 @@ class Supervised:
         return self.proc
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            if line.startswith("{"):
-                rec = json.loads(line)
-                if name is None or rec.get("event") == name:
-                    out.append(rec)
-        return out
+        return log_records(self.log, name)
 
     def children(self) -> list[int]:
         """Every child pid the supervisor logged as started, in order."""

@@ -5,7 +5,6 @@ the server with a deadline, never sleep for luck.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -23,7 +22,7 @@ import redis
 from emq import Queue
 from emq.embedded.standalone import EmbeddedServer, valkey_binary
 
-from ..support.helpers import assert_consistent, expire_leases, where
+from ..support.helpers import assert_consistent, expire_leases, log_records, where
 from ..support.worker_handlers import open_gate, runs_key
 
 TESTS = Path(__file__).parents[1]  # tests/
@@ -61,13 +60,7 @@ class Procs:
     def events(
         self, proc: subprocess.Popen[bytes], event: str | None = None
     ) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_of(proc).read_text().splitlines():
-            if line.startswith("{"):
-                rec = json.loads(line)
-                if event is None or rec.get("event") == event:
-                    out.append(rec)
-        return out
+        return log_records(self.log_of(proc), event)
 
     def close(self) -> None:
         for proc, _ in self.started:

@@ -6,7 +6,6 @@ swallowed."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -23,7 +22,7 @@ from emq.embedded.standalone import EmbeddedServer, free_port
 from emq.model.keys import QueueKeys
 from emq.worker.connect import ClientFactory, Outage, park
 
-from ..support.helpers import assert_consistent, until
+from ..support.helpers import assert_consistent, log_records, until
 
 ROOT = Path(__file__).parents[2]
 CLI = "from emq.cli.main import main; main()"
@@ -136,13 +135,8 @@ def _emq_worker(url: str, qname: str, log: Path) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
-def _records(log: Path) -> list[dict[str, Any]]:
-    lines = log.read_text().splitlines()
-    return [json.loads(ln) for ln in lines if ln.startswith("{")]
-
-
 def _logged(log: Path, name: str) -> bool:
-    return any(r.get("event") == name for r in _records(log))
+    return bool(log_records(log, name))
 
 
 @pytest.mark.slow
@@ -177,9 +171,9 @@ async def test_emq_worker_before_its_server_rides_it_out_and_stops_on_sigterm(
     for log in ("a.log", "b.log"):
         text = (tmp_path / log).read_text()
         assert "Traceback" not in text and password not in text, text
-    served = [r["event"] for r in _records(tmp_path / "b.log")]
+    served = [r["event"] for r in log_records(tmp_path / "b.log")]
     assert served.count("outage") == 1 and "reconnected" in served and "started" in served
-    assert "started" not in [r["event"] for r in _records(tmp_path / "a.log")]
+    assert "started" not in [r["event"] for r in log_records(tmp_path / "a.log")]
 
 
 # -- a stop while parked ------------------------------------------------------------------------
