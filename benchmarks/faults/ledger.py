@@ -10,7 +10,12 @@ a process SIGKILLed between two records leaves each of them whole. Keys, for one
 - ``fl:R:finished`` HASH job id -> handler bodies that ran to their end
 - ``fl:R:ticks``   HASH  a cron tick's scheduled key -> runs of that tick
 - ``fl:R:callbacks`` HASH a fan-in's group id -> runs of its callback
-- ``fl:R:pids``    HASH  job id -> the pid of its last finished run
+- ``fl:R:runs``    HASH  ``"<job id> <agent>"`` -> bodies of that job that ended in that agent
+- ``fl:R:callback_runs`` HASH ``"<group id> <agent>"`` -> callbacks of that group in that agent
+
+The agent is the worker process the harness started (``FAULTS_AGENT``, set by the harness and
+inherited by a system's own child processes: a forked work horse, a pool, a Node process), so
+a count can tell a run on a worker the fault hit from a run on a healthy one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import os
 import socket
 import threading
 from urllib.parse import urlparse
+
+AGENT = os.environ.get("FAULTS_AGENT") or "-"
+BOTH = "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('HINCRBY', KEYS[2], ARGV[2], 1)"
 
 
 class Ledger:
@@ -48,14 +56,17 @@ class Ledger:
         self.call("HINCRBY", self.key("started"), str(job), "1")
 
     def finished(self, job: int | str) -> None:
-        self.call("HINCRBY", self.key("finished"), str(job), "1")
-        self.call("HSET", self.key("pids"), str(job), str(os.getpid()))
+        self._both("finished", "runs", str(job))
 
     def tick(self, key: str) -> None:
         self.call("HINCRBY", self.key("ticks"), key, "1")
 
     def callback(self, group: int | str) -> None:
-        self.call("HINCRBY", self.key("callbacks"), str(group), "1")
+        self._both("callbacks", "callback_runs", str(group))
+
+    def _both(self, counts: str, runs: str, ident: str) -> None:
+        """Count a run and its agent in one command, so a kill cannot land between the two."""
+        self.call("EVAL", BOTH, "2", self.key(counts), self.key(runs), ident, f"{ident} {AGENT}")
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -65,6 +76,14 @@ class Ledger:
     def counts(self, what: str) -> dict[str, int]:
         flat = self.call("HGETALL", self.key(what))
         return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def agents(self, what: str = "runs") -> dict[str, set[str]]:
+        """Job (or group) id -> the agents in which its body (callback) ran to its end."""
+        out: dict[str, set[str]] = {}
+        for field in self.counts(what):
+            job, _, agent = field.partition(" ")
+            out.setdefault(job, set()).add(agent)
+        return out
 
     def key(self, what: str) -> str:
         return f"fl:{self.run}:{what}"

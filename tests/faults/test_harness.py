@@ -22,7 +22,7 @@ import pytest
 FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults"
 sys.path.insert(0, str(FAULTS))
 
-from lab import count, episodes  # noqa: E402
+from lab import count, episodes, report  # noqa: E402
 from lab.agents import Where, once  # noqa: E402
 from lab.servers import Valkey, scratch  # noqa: E402
 from ledger import Ledger  # noqa: E402
@@ -90,11 +90,25 @@ def test_counting_follows_the_definitions() -> None:
         def counts(self, what: str) -> dict[str, int]:
             return self.hashes.get(what, {})
 
+        def agents(self, what: str = "runs") -> dict[str, set[str]]:
+            out: dict[str, set[str]] = {}
+            for field in self.hashes.get(what, {}):
+                job, agent = field.split()
+                out.setdefault(job, set()).add(agent)
+            return out
+
     led = Fake({"acked": {"1", "2", "3", "4", "5"}, "refused": {"6"}},
-               {"finished": {"1": 1, "2": 2}, "started": {"1": 1, "2": 2, "3": 1}})  # fmt: skip
+               {"finished": {"1": 1, "2": 2}, "started": {"1": 1, "2": 2, "3": 1},
+                "runs": {"1 a": 1, "2 a": 1, "2 b": 1}})  # fmt: skip
     c = count.jobs(led, {"inflight": 1, "waiting": 1, "stale": None})
     assert (c["lost"], c["stuck"], c["left_waiting"], c["ran_twice"]) == (1, 1, 1, 1)
     assert c["acked"] == 5 and c["refused"] == 1 and c["finished"] == 2
+    assert (c["ran_twice_after_fault"], c["ran_twice_unexplained"]) == (0, 1)
+    assert count.duplicates(c) == 1 and report.verdict(c | {"status": "ok"}) == "lost work"
+    hit = count.jobs(led, {"inflight": 0, "waiting": 3, "stale": None}, {"b"})
+    assert (hit["ran_twice_after_fault"], hit["ran_twice_unexplained"]) == (1, 0)
+    assert count.duplicates(hit) == 0 and count.reruns(hit) == 1
+    assert report.verdict(hit | {"status": "ok"}) == "at least once"
     assert count.jobs(led, {"inflight": None, "waiting": None})["lost"] == 3
     ticks = Fake({}, {"ticks": {"10": 1, "11": 2, "13": 1}})
     assert count.cron(ticks, 1.0) | {"twice_ids": []} == {

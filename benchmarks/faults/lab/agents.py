@@ -40,8 +40,8 @@ class Agent:
         for k, v in opts.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
         where.logs.mkdir(parents=True, exist_ok=True)
-        self.log = where.logs / f"{tag}.log"
-        env = {**os.environ, **where.env, "PYTHONUNBUFFERED": "1"}
+        self.tag, self.log = tag, where.logs / f"{tag}.log"
+        env = {**os.environ, **where.env, "PYTHONUNBUFFERED": "1", "FAULTS_AGENT": tag}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)  # fmt: skip
@@ -95,6 +95,7 @@ class Crew:
     def __init__(self, where: Where, urls: list[str], concurrency: int, job_ms: int) -> None:
         self.where, self.urls = where, urls
         self.opts = {"concurrency": concurrency, "job_ms": job_ms}
+        self.started: list[tuple[int, str]] = []  # (slot, agent tag) of every worker started
         self.workers = [self._start(i) for i in range(len(urls))]
         self.kills = 0
         self.restarts = 0  # exits the supervisor saw (crashes), not the kills
@@ -106,7 +107,12 @@ class Crew:
 
     def _start(self, i: int) -> Agent:
         tag = f"work{i}-{time.monotonic_ns()}"
+        self.started.append((i, tag))
         return Agent(self.where, "work", self.urls[i], tag, **self.opts)
+
+    def tags(self, i: int) -> list[str]:
+        """The agent tags of every worker started in slot ``i`` so far, oldest first."""
+        return [tag for slot, tag in self.started if slot == i]
 
     def _supervise(self) -> None:
         while not self._stop.wait(0.2):
@@ -116,12 +122,14 @@ class Crew:
                         self.restarts += 1
                         self.workers[i] = self._start(i)
 
-    def sigkill(self, i: int) -> None:
-        """SIGKILL worker ``i`` and start a new one in its place at once."""
+    def sigkill(self, i: int) -> str:
+        """SIGKILL worker ``i`` and start a new one in its place at once; the killed one's tag."""
         with self._lock:
-            self.workers[i].kill()
+            killed = self.workers[i]
+            killed.kill()
             self.kills += 1
             self.workers[i] = self._start(i)
+        return killed.tag
 
     def freeze(self, i: int) -> None:
         self.workers[i].signal(signal.SIGSTOP)

@@ -9,7 +9,10 @@ acknowledged:
 - **stuck**: still in flight at the end, after the healthy workers ran for the system's
   ``RECOVERY_S`` plus a margin without finishing it;
 - **left waiting**: still waiting at the end (a backlog the workers did not reach in time);
-- **ran twice**: the handler's body ran to its end more than once (``finished`` > 1);
+- **ran twice**: the handler's body ran to its end more than once (``finished`` > 1); of
+  those, **after the fault** when one of its runs ended in a worker the fault hit (killed,
+  frozen or cut off: the episode's ``faulted`` agents), which is what at-least-once delivery
+  allows; the rest (``ran_twice_unexplained``) ran twice with no fault on their workers;
 - **stale accepted**: completions the system accepted from a worker whose lease had lapsed
   (only where the system fences completions and shows them: the adapter's ``stale``).
 """
@@ -19,7 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def jobs(ledger: Any, inspect: dict[str, Any]) -> dict[str, Any]:
+def _after_fault(twice: list[str], ran_in: dict[str, set[str]], faulted: set[str]) -> int:
+    """How many of ``twice`` had a run end in a worker the fault hit."""
+    return sum(1 for j in twice if ran_in.get(j, set()) & faulted)
+
+
+def jobs(ledger: Any, inspect: dict[str, Any], faulted: set[str] = frozenset()) -> dict[str, Any]:
     acked = ledger.members("acked")
     refused = ledger.members("refused")
     finished = ledger.counts("finished")
@@ -31,6 +39,8 @@ def jobs(ledger: Any, inspect: dict[str, Any]) -> dict[str, Any]:
     left = min(len(unfinished) - stuck, waiting or 0)
     lost = max(0, len(unfinished) - known)
     twice = sorted((j for j, n in finished.items() if n > 1), key=int)
+    ran_in = ledger.agents("runs")
+    after_fault = _after_fault(twice, ran_in, set(faulted))
     stale = inspect.get("stale")
     return {
         "acked": len(acked),
@@ -41,12 +51,15 @@ def jobs(ledger: Any, inspect: dict[str, Any]) -> dict[str, Any]:
         "stuck": stuck,
         "left_waiting": left,
         "ran_twice": len(twice),
+        "ran_twice_after_fault": after_fault,
+        "ran_twice_unexplained": len(twice) - after_fault,
         "stale_accepted": None if stale is None else stale.get("accepted"),
         "stale_refused": None if stale is None else stale.get("refused"),
         "inflight_end": inflight,
         "waiting_end": waiting,
         "unfinished_ids": unfinished[:20],
         "twice_ids": twice[:20],
+        "twice_agents": {j: sorted(ran_in.get(j, ())) for j in twice[:20]},
     }
 
 
@@ -63,13 +76,16 @@ def cron(ledger: Any, every_s: float) -> dict[str, Any]:
             "twice_ids": twice[:20]}  # fmt: skip
 
 
-def fanin(ledger: Any, first: int, count: int, width: int) -> dict[str, Any]:
+def fanin(ledger: Any, first: int, count: int, width: int,
+          faulted: set[str] = frozenset()) -> dict[str, Any]:  # fmt: skip
     finished = ledger.counts("finished")
     calls = ledger.counts("callbacks")
     groups = range(first, first + count)
     done = [g for g in groups if all(finished.get(str(g * 1000 + i), 0) > 0 for i in range(width))]
     never = [g for g in done if calls.get(str(g), 0) == 0]
     twice = [g for g in groups if calls.get(str(g), 0) > 1]
+    after_fault = _after_fault([str(g) for g in twice], ledger.agents("callback_runs"),
+                               set(faulted))  # fmt: skip
     children = count * width
     finished_children = sum(1 for g in groups for i in range(width)
                             if finished.get(str(g * 1000 + i), 0) > 0)  # fmt: skip
@@ -79,6 +95,8 @@ def fanin(ledger: Any, first: int, count: int, width: int) -> dict[str, Any]:
         "callbacks": sum(1 for g in groups if calls.get(str(g), 0) > 0),
         "callback_missed": len(never),
         "callback_twice": len(twice),
+        "callback_twice_after_fault": after_fault,
+        "callback_twice_unexplained": len(twice) - after_fault,
         "children_unfinished": children - finished_children,
         "missed_ids": never[:20],
         "twice_ids": twice[:20],
@@ -93,5 +111,14 @@ def losses(row: dict[str, Any]) -> int:
 
 
 def duplicates(row: dict[str, Any]) -> int:
-    """Work done twice: a job's body, a cron tick, a fan-in's callback."""
-    return sum(int(row.get(k) or 0) for k in ("ran_twice", "callback_twice"))
+    """Work done twice with no fault on its workers to explain it: a job's body or a fan-in's
+    callback none of whose runs was on a worker the fault hit, a cron tick run twice."""
+    jobs = row.get("ran_twice_unexplained", row.get("ran_twice"))
+    calls = row.get("callback_twice_unexplained", row.get("callback_twice"))
+    return int(jobs or 0) + int(calls or 0)
+
+
+def reruns(row: dict[str, Any]) -> int:
+    """Work done twice where one run was on a worker the fault hit: what at least once allows."""
+    keys = ("ran_twice_after_fault", "callback_twice_after_fault")
+    return sum(int(row.get(k) or 0) for k in keys)

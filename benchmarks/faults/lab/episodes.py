@@ -140,7 +140,7 @@ def _jobs(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
             proxy.close()
         server.stop()
     with _ledger(ep, run_id) as lg:
-        counts = count.jobs(lg, inspect)
+        counts = count.jobs(lg, inspect, set(fault.get("faulted", ())))
     return {"server": how, "fault": fault, "settle_s": settle, **crew_info, **counts,
             "sizes": asdict(s)}  # fmt: skip
 
@@ -252,7 +252,7 @@ def _fanin(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
         crew.stop()
         server.stop()
     with _ledger(ep, run_id) as lg:
-        counts = count.fanin(lg, 1, s.groups, s.width)
+        counts = count.fanin(lg, 1, s.groups, s.width, set(fault.get("faulted", ())))
     return {"server": how, "fault": fault, "settle_s": settle, **crew_info, **counts,
             "sizes": asdict(s)}  # fmt: skip
 

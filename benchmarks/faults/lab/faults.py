@@ -1,7 +1,10 @@
 """The faults, injected while the producer runs; each returns what it did (times from start).
 
 Times are drawn from ``rng`` (seeded by ``--seed``, the system and the scenario), so a run
-can be repeated with the same kill moments.
+can be repeated with the same kill moments. A fault that hits workers names them in
+``faulted``: the agent tags of every worker it killed, froze or cut off (the ledger records
+the agent of every run, so a job that ran twice can be told apart: a rerun of a run the
+fault hit, or a rerun with no fault to explain it).
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ def kill_workers(crew: Crew, rng: random.Random, kills: int, within_s: float) ->
     for t in moments:
         _at(t0, t)
         i = rng.randrange(len(crew.workers))
-        crew.sigkill(i)
-        done.append({"at_s": round(t, 2), "worker": i})
-    return {"kills": done}
+        tag = crew.sigkill(i)
+        done.append({"at_s": round(t, 2), "worker": i, "agent": tag})
+    return {"kills": done, "faulted": [k["agent"] for k in done]}
 
 
 def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, sizes: Any,
@@ -52,10 +55,12 @@ def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, size
     if scenario == "worker-sigstop":
         at, hold = episode_s * rng.uniform(0.15, 0.35), recovery_s + 2.0
         _at(t0, at)
+        frozen = tg.crew.workers[0].tag
         tg.crew.freeze(0)
         time.sleep(hold)
         tg.crew.thaw(0)
-        return {"sigstop_at_s": round(at, 2), "stopped_s": hold, "worker": 0}
+        return {"sigstop_at_s": round(at, 2), "stopped_s": hold, "worker": 0,
+                "faulted": [frozen]}  # fmt: skip
     if scenario in ("server-kill", "power-loss"):
         at = episode_s * rng.uniform(0.3, 0.6)
         _at(t0, at)
@@ -68,10 +73,13 @@ def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, size
         assert tg.proxy is not None
         at = episode_s * rng.uniform(0.15, 0.35)
         _at(t0, at)
+        before = len(tg.crew.tags(0)) - 1  # the worker behind the proxy when it was cut
         tg.proxy.cut()
         time.sleep(sizes.cut_s)
         tg.proxy.heal()
-        return {"cut_at_s": round(at, 2), "cut_s": sizes.cut_s, "worker": 0}
+        cut_off = tg.crew.tags(0)[before:]  # and any that replaced it during the cut
+        return {"cut_at_s": round(at, 2), "cut_s": sizes.cut_s, "worker": 0,
+                "faulted": cut_off}  # fmt: skip
     if scenario == "oom":
         at = episode_s * rng.uniform(0.2, 0.4)
         _at(t0, at)

@@ -41,13 +41,23 @@ def measured(row: dict[str, Any]) -> str:
         missed = "" if row.get("missed") is None else f", {row['missed']} missed"
         return f"{row['ticks']} ticks, **{row['ran_twice']} ran twice**{missed}"
     if row["scenario"] == "fan-in":
+        twice = _twice(row["callback_twice"], row.get("callback_twice_after_fault"))
         return (f"{row['groups']} fan-ins: **{row['callback_missed']} callbacks missed**, "
-                f"**{row['callback_twice']} ran twice**, {row['children_unfinished']} "
-                f"children unfinished")  # fmt: skip
+                f"**{twice}**, {row['children_unfinished']} children unfinished")  # fmt: skip
     stale = "" if row.get("stale_accepted") is None else (
         f", {row['stale_accepted']} stale accepted ({row['stale_refused']} refused)")  # fmt: skip
+    twice = _twice(row["ran_twice"], row.get("ran_twice_after_fault"))
     return (f"{row['acked']} acked ({row['refused']} refused): **{row['lost']} lost**, "
-            f"**{row['stuck']} stuck**, {row['ran_twice']} ran twice{stale}")  # fmt: skip
+            f"**{row['stuck']} stuck**, {twice}{stale}")  # fmt: skip
+
+
+def _twice(n: int, after_fault: int | None) -> str:
+    """``n ran twice``, and how many of them after the fault (a run on a worker it hit)."""
+    if not n or after_fault is None:
+        return f"{n} ran twice"
+    if after_fault == n:
+        return f"{n} ran twice, each after the fault"
+    return f"{n} ran twice, {after_fault} of them after the fault"
 
 
 def verdict(row: dict[str, Any]) -> str:
@@ -58,7 +68,9 @@ def verdict(row: dict[str, Any]) -> str:
         return "lost work"
     if twice:
         return "duplicates"
-    return "missed ticks" if row.get("missed") else "clean"
+    if row.get("missed"):
+        return "missed ticks"
+    return "at least once" if count.reruns(row) else "clean"
 
 
 def merged(paths: list[Path], order: list[str], same_sizes: bool = False) -> dict[str, Any]:

@@ -12,6 +12,8 @@ Do not copy it: every step that should be one atomic script is two commands here
   jobs too; a worker that starts deletes ``inflight`` (a "clean slate"), so what a dead
   worker held is forgotten;
 - a job's result is ``SET`` before its mark is removed: out of memory, the worker crashes;
+  a result whose mark was already gone (swept, or cleared by a starting worker) is kept
+  anyway, and counted in ``broken:stale``: the stale completions a fenced queue refuses;
 - cron: each scheduler pushes a tick's job when it sees the tick is due, with no lock;
 - fan-in: a child's end is ``GET`` then ``SET`` of the group's counter; the callback runs when
   the count reaches the width, so two children ending together lose one count.
@@ -41,7 +43,7 @@ SCENARIOS: dict[str, str | None] = {
     for s in ("worker-sigkill", "worker-sigstop", "server-kill", "power-loss", "partition",
               "oom", "cron", "fan-in")
 }  # fmt: skip
-Q, INFLIGHT = "broken:q", "broken:inflight"
+Q, INFLIGHT, STALE = "broken:q", "broken:inflight", "broken:stale"
 
 
 class Conn(Ledger):
@@ -94,7 +96,8 @@ def _handle(c: Conn, ledger: Any, job: str, job_ms: int) -> None:
     time.sleep(job_ms / 1000)
     ledger.finished(job)
     c.call("SET", f"broken:result:{job}", "x" * 1024)  # an error here (OOM) ends the process
-    c.call("HDEL", INFLIGHT, job)
+    if c.call("HDEL", INFLIGHT, job) == 0:  # no mark: its "lease" lapsed, the result stays
+        c.call("INCR", STALE)
     group = int(job) // 1000
     if group:  # a fan-in child: count it, GET then SET
         width = c.call("GET", f"broken:width:{group}")
@@ -150,6 +153,11 @@ def inflight(url: str) -> int | None:
 
 def waiting(url: str) -> int | None:
     return int(Conn(url).call("LLEN", Q))
+
+
+def stale(url: str) -> dict[str, int]:
+    """Results kept although their job's mark was gone; broken refuses none."""
+    return {"accepted": int(Conn(url).call("GET", STALE) or 0), "refused": 0}
 
 
 def cron(url: str, ledger: Any, every_s: float, seconds: float) -> None:

@@ -66,6 +66,10 @@ function connection(url, kind) {
   return opts;
 }
 
+// The worker process the harness started (inherited from agent.py): see ledger.py.
+const AGENT = process.env.FAULTS_AGENT || "-";
+const BOTH = "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('HINCRBY', KEYS[2], ARGV[2], 1)";
+
 class Ledger {
   constructor(url, run) {
     this.run = run;
@@ -80,11 +84,12 @@ class Ledger {
   refused(job) { return this.redis.sadd(this.key("refused"), String(job)); }
   started(job) { return this.redis.hincrby(this.key("started"), String(job), 1); }
   tick(key) { return this.redis.hincrby(this.key("ticks"), String(key), 1); }
-  callback(group) { return this.redis.hincrby(this.key("callbacks"), String(group), 1); }
+  callback(group) { return this.both("callbacks", "callback_runs", String(group)); }
+  finished(job) { return this.both("finished", "runs", String(job)); }
 
-  async finished(job) {
-    await this.redis.hincrby(this.key("finished"), String(job), 1);
-    await this.redis.hset(this.key("pids"), String(job), String(process.pid));
+  // A run and its agent in one command, so a kill cannot land between the two.
+  both(counts, runs, id) {
+    return this.redis.eval(BOTH, 2, this.key(counts), this.key(runs), id, `${id} ${AGENT}`);
   }
 
   async close() {
