@@ -116,3 +116,27 @@ async def test_async_enqueue_rides_out_a_restart(server: EmbeddedServer, tmp_pat
     assert len(set(ids)) == 2500 and (await q.counts())["pending"] == 2501
     await q.close()
     own.stop()
+
+
+def test_a_resent_enqueue_admits_nothing_once_its_job_completed(url: str, qname: str) -> None:
+    """The first send of an enqueue landed but its reply was lost; a worker claimed and
+    completed the job (its row deleted) before the producer's resend arrived. The resend is
+    the same call (same request, same ids): it must admit nothing, or the job runs twice
+    (found by the fault table's power-loss run, docs/reliability.md)."""
+    from emq.model.records import JobSpec
+
+    with Queue.from_url(url, qname) as q:
+        group = q.core.job_spec(JobSpec("send", {"to": "a"}))
+        group[0] = q.new_id()
+        call = q.core.enqueue([group])
+        (first,) = q._run(call)  # landed; the producer never saw this reply
+        (job,) = q.claim(1)
+        q.complete(job.id, job.token)  # the row is gone: nothing kept
+        assert q.job(job.id) is None
+        (again,) = q._run(call)  # the producer's resend of the same call
+        assert first.created and not again.created and again == first
+        assert q.counts()["pending"] == 0 and q.claim(1) == []
+        assert_consistent(q.client, qname)
+        other = q.core.enqueue([group])  # a new call with the same id is a new admission
+        (fresh,) = q._run(other)
+        assert fresh.created and q.counts()["pending"] == 1

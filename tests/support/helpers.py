@@ -121,6 +121,14 @@ def make_dead(queue: Queue, jobs: list[tuple[str, Any]], error: str) -> list[str
     return ids
 
 
+EXPIRING = (":claim:", ":admitted:")  # a claim's stored reply, an enqueue call's mark (60 s)
+
+
+def expiring(key: str) -> bool:
+    """Whether ``key`` is one a queue leaves behind to expire on its own (at most 60 s)."""
+    return any(part in key for part in EXPIRING)
+
+
 def log_records(log: Path, event: str | None = None) -> list[dict[str, Any]]:
     """The JSON records a live process has finished writing to ``log``.
 

@@ -105,13 +105,19 @@ class QueueCore:
             raise InvalidOption(f"lifo must be True or False, got {shown(lifo)}")
         return [id or "", name, text, priority, attempts, delay_ms, key or "", lane, flag]
 
-    def enqueue(self, groups: Sequence[list[Arg]], trace: str = "") -> Call[list[EnqueuedId]]:
-        """``trace``: the producer span's W3C traceparent, stored in each new row ('' none)."""
+    def enqueue(
+        self, groups: Sequence[list[Arg]], trace: str = "", request: str | None = None
+    ) -> Call[list[EnqueuedId]]:
+        """``trace``: the producer span's W3C traceparent, stored in each new row ('' none).
+        ``request`` names the call (a fresh one by default): sent again (a resend after a lost
+        reply) within 60 s of its first landing, it admits nothing, even if a job has
+        completed since and its row is gone."""
         if not groups:
             raise InvalidOption("enqueue needs at least one job")
         if len(groups) > MAX_BATCH:
             raise InvalidOption(f"at most {MAX_BATCH} jobs per enqueue call; split the batch")
-        args: list[Arg] = [self.keys.prefix, self._maxlen, trace]
+        request = uuid.uuid4().hex if request is None else check_text("request", request, 128)
+        args: list[Arg] = [self.keys.prefix, self._maxlen, trace, request]
         for group in groups:
             if not group[0]:
                 raise InvalidOption("every job needs an id before it is sent")
@@ -347,5 +353,3 @@ def _decode_claimed(reply: list[Any]) -> Claims:
     ]
     retry_in = int(reply[2])
     return Claims(jobs, list(reply[1]), max(retry_in, 0), blocked=retry_in < 0)
-
-

@@ -6,6 +6,10 @@
 -- every id and dedup key is checked before the first write, so a conflict anywhere in the
 -- batch writes nothing; an id that already exists with the same name and payload is the
 -- idempotent retry of a lost reply and is reported as a duplicate, never written twice.
+-- A call that ran leaves admitted:<request> for 60 s (SET NX PX, first of all; a refused
+-- call deletes it): a resend of the same call (the producer's retry after a lost reply)
+-- then admits nothing and reports every job as a duplicate, even when a worker has since
+-- completed a job and its row is gone, so the job does not run again.
 -- A lifo job (its row gets lifo = 1) enters ahead of the FIFO jobs of its priority, the
 -- newest first (includes/lanes.lua lifo_score; one HINCRBY of meta lifo_seq per call with
 -- lifo jobs).
@@ -19,13 +23,15 @@
 -- ARGV[2] maxlen     integer event stream cap (~); 0 = no events; -1 = never trim
 -- ARGV[3] trace      string  the producer span's W3C traceparent, stored in each new row as
 --                            trace; '' (OpenTelemetry not active) stores nothing
--- ARGV[4..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
+-- ARGV[4] request    string  names the call; a resend carries the same one
+-- ARGV[5..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
 --           group per job; delay_ms in ms; dedup is '' for none; lane is '' for the default
 --           lane; lifo is '1' for a lifo job, '' for FIFO
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
--- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
+-- Derives: job:<id> HASH, de:<dedup> STRING, admitted:<request> STRING (60 s),
+--   lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), events:archived STRING (read only)
 -- Includes: clock, events, lanes, rows, wake
 local k_pending = KEYS[1]
@@ -36,8 +42,22 @@ local k_meta = KEYS[5]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local trace = ARGV[3]
+local request = ARGV[4]
+local k_admitted = prefix .. 'admitted:' .. request
 local GROUP = 9
-local FIRST = 4  -- ARGV index of the first group
+local FIRST = 5  -- ARGV index of the first group
+local RESEND_MS = 60000  -- how long a call that admitted jobs is known by its request
+
+-- a resend of a call that landed: every job was admitted then, whatever became of it since
+if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
+  local out = {}
+  for i = FIRST, #ARGV, GROUP do
+    local dedup = ARGV[i + 6]
+    out[#out + 1] = (dedup ~= '' and redis.call('GET', prefix .. 'de:' .. dedup)) or ARGV[i]
+    out[#out + 1] = 0
+  end
+  return out
+end
 
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
@@ -73,6 +93,7 @@ for i = FIRST, #ARGV, GROUP do
       same = cur[1] == name and cur[2] == payload
     end
     if same == false then
+      redis.call('DEL', k_admitted)  -- a refused call admitted nothing: its resend is refused too
       return redis.error_reply('EMQCONFLICT ' .. id .. ' exists with another name or payload')
     elseif same then
       new = 0

@@ -136,6 +136,10 @@ class QueueKeys:
         """Where claim.lua keeps a call's reply for ``lease_ms``, by its request id."""
         return self._k("claim:" + request)
 
+    def admitted(self, request: str) -> str:
+        """Where enqueue.lua marks a call that ran, for 60 s, by its request id."""
+        return self._k("admitted:" + request)
+
     def location(self, name: str) -> str:
         return self._k(name)
 

@@ -158,7 +158,7 @@ class _Live:
 
 def run_keys(spec: RunSpec, job_id: str) -> list[str]:
     """Every key a run can create on its queue (deleted when the run ends), including the
-    replies the claim script stores under each claim's request id."""
+    replies the claim script stores under each claim's request id and the enqueue's mark."""
     k = QueueKeys.of(spec.queue)
     fixed = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta, k.metrics, k.wake]
     claimers = ["", *(a.name for a in spec.actors if a.role == "worker")]
@@ -167,7 +167,12 @@ def run_keys(spec: RunSpec, job_id: str) -> list[str]:
         for rnd in range(1, spec.rounds + 1)
         for name in claimers
     ]
-    return [*fixed, k.stalled_check, k.job(job_id), *replies]
+    return [*fixed, k.stalled_check, k.job(job_id), k.admitted(enqueue_request(job_id)), *replies]
+
+
+def enqueue_request(job_id: str) -> str:
+    """The request id of a run's enqueue call, so the run can delete its mark."""
+    return f"lab-{job_id}"
 
 
 def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
@@ -178,7 +183,7 @@ def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
         spec.queue, job_id, spec.mode, str(spec.schedule), spec.initial_stalled, spec.rounds
     )
     group = core.job_spec(JobSpec(JOB_NAME, None, id=job_id))
-    yield Command(call=core.enqueue([group]))
+    yield Command(call=core.enqueue([group], request=enqueue_request(job_id)))
     try:
         yield from _rounds(spec, job_id, core, out)
     except Exception:  # a refused schedule: leave nothing behind, then say why
