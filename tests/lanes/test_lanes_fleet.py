@@ -86,7 +86,7 @@ def test_three_workers_never_run_past_the_lane_or_queue_limit(
 # A lease long enough that a live worker starved by a busy machine keeps it: only the kills
 # make leases lapse here. The bound on a hang is the loop's own deadline (3 * HANG), which
 # reports the counts, so pytest's timeout sits above it.
-KILLED_FLEET = [*FLEET[:2], "--lease-ms", "3000", *FLEET[4:]]
+KILLED_FLEET = ["--concurrency", "20", "--lease-ms", "3000", "--stalled-interval-ms", "250"]
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ local request = ARGV[4]
 local k_admitted = prefix .. 'admitted:' .. request
 local GROUP = 9
 local FIRST = 5  -- ARGV index of the first group
-local RESEND_MS = 60000  -- how long a call that admitted jobs is known by its request
+local RESEND_MS = 60000  -- how long a call that ran is known by its request
 
 -- a resend of a call that landed: every job was admitted then, whatever became of it since
 if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
