@@ -30,9 +30,13 @@ def noop(payload: Any) -> None:
 
 
 def timed(url: str, name: str, jobs: int, conc: int, isolation: str) -> float:
+    # a child imports its handler from a module, never from the script that runs (__main__):
+    # this file, imported by its name, is that module
+    import isolation_cost
+
     with Queue.from_url(url, name) as q:
         w = Worker(q, options=WorkerOptions(burst=True, concurrency=conc))
-        w.register("noop", noop, isolation=isolation)
+        w.register("noop", isolation_cost.noop, isolation=isolation)
         for i in range(0, jobs, 1000):
             q.enqueue_many([("noop", j) for j in range(i, min(jobs, i + 1000))])
         start = time.perf_counter()

@@ -26,6 +26,7 @@ from ..queue._async.queue import AsyncQueue
 from ..queue._sync.queue import Queue
 from ..server.durability import check_queues
 from ..server.urls import check_url
+from . import child
 from .connect import ClientFactory
 from .options import Handler, HandlerSpec, TaskOptions, WorkerOptions, WorkerStats
 from .runner import Runner
@@ -233,6 +234,12 @@ class Worker:
         :class:`~emq.errors.WorkerFailed`. A second concurrent run of one worker is refused
         (:class:`~emq.errors.EmqError`).
         """
+        if child.IN_CHILD:
+            raise EmqError(
+                "a worker cannot start inside a handler's child process (isolation='process'): "
+                "the handler's module starts one when it is imported; put that under "
+                '`if __name__ == "__main__":`'
+            )
         with self._lock:
             if self._running:
                 raise EmqError("this worker is already running; make another Worker to run twice")

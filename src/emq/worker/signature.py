@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import InvalidArguments, InvalidOption, InvalidPayload
 from ..model.payloads import encode_payload
+from .child import HandlerRef
 from .context import JobContext
 from .options import Permanent
 
@@ -236,22 +237,26 @@ def _line(exc: BaseException) -> str:
 
 class ChildTask:
     """A task's handler under ``isolation="process"``: ``handler(payload) -> value``, run in
-    the child (:mod:`.children`), which rebuilds the signature from the function; it pickles
-    as its name and function, so the function must be importable (a module-level def)."""
+    the child (:mod:`.children`), which loads the function by its reference (``target``: a
+    :class:`~.child.HandlerRef`, or a callable that pickles) and rebuilds the signature from
+    it, once per child."""
 
-    __slots__ = ("_sig", "fn", "name")
+    __slots__ = ("_fn", "_sig", "name", "target")
 
-    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
-        self.name, self.fn = name, fn
+    def __init__(self, name: str, target: Any) -> None:
+        self.name, self.target = name, target
+        self._fn: Callable[..., Any] | None = None
         self._sig: Signature | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ChildTask, (self.name, self.fn))
+        return (ChildTask, (self.name, self.target))
 
     def __call__(self, payload: Any) -> Any:
-        sig = self._sig
-        if sig is None:
-            sig = self._sig = Signature(self.name, self.fn)
+        fn, sig = self._fn, self._sig
+        if fn is None or sig is None:
+            target = self.target
+            fn = self._fn = target.load() if isinstance(target, HandlerRef) else target
+            sig = self._sig = Signature(self.name, fn)
         args, kwargs = sig.call_args(payload)
-        value = self.fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
         return asyncio.run(value) if inspect.iscoroutine(value) else value

@@ -29,6 +29,8 @@ from ..queue._async.queue import AsyncQueue
 from ..queue._sync.partitions import PartitionedQueue
 from ..queue._sync.queue import Queue
 from ..server.urls import check_url
+from .child import TASK_FUNCTION
+from .children import ref_of
 from .context import JobContext
 from .options import HandlerSpec
 from .signature import ChildTask, Signature
@@ -299,6 +301,7 @@ class BaseTask(BoundTask[P], Generic[P, R]):
         super().__init__(self, send)
         self.tasks = tasks
         self.fn = fn
+        setattr(self, TASK_FUNCTION, fn)  # how a handler's child finds it under the task's name
         self.name = signature.name
         self.policy = policy  # Worker.register's keyword arguments
         self.signature = signature
@@ -323,7 +326,7 @@ class BaseTask(BoundTask[P], Generic[P, R]):
         if self.policy.get("isolation") == "process":
             if takes_ctx:
                 raise InvalidOption(f"task {self.name!r}: a task in a child process has no ctx")
-            return ChildTask(self.name, fn)  # type: ignore[return-value]
+            return ChildTask(self.name, ref_of(self.name, fn))  # type: ignore[return-value]
         if self.is_async:
 
             async def run_async(payload: Any, ctx: JobContext) -> Any:
