@@ -15,23 +15,37 @@ def _fill(code: str, url: str, qname: str) -> str:
     return code.replace("redis://127.0.0.1:6379/0", url).replace('"emails"', repr(qname))
 
 
-def test_the_ten_lines_run_a_job(url: str, qname: str) -> None:
+def _ten_lines(url: str, qname: str, module: str) -> list[str]:
+    """Run the Ten lines as ``module`` would (``__main__``: the script; else an import, as
+    ``emq worker myapp:worker`` does); returns the addresses the stand-in SMTP call got."""
     code = _fill(BLOCKS[0], url, qname)
     assert "worker.run_sync()" in code
-    code = code.replace("worker.run_sync()", "worker.configure(burst=True)\nworker.run_sync()")
+    code = code.replace("worker.run_sync()", "worker.configure(burst=True)\n    worker.run_sync()")
     sent: list[str] = []
 
     async def smtp_send(to: str) -> None:
         sent.append(to)
 
-    scope: dict[str, Any] = {"smtp_send": smtp_send}
+    scope: dict[str, Any] = {"smtp_send": smtp_send, "__name__": module}
     exec(compile(code, "README.md", "exec"), scope)
-    assert sent == ["a@b"]
+    scope["tasks"].close()
+    return sent
+
+
+def test_the_ten_lines_run_a_job(url: str, qname: str) -> None:
     from emq import Queue  # read apart: the example may enqueue through a Queue or a task
 
-    q = Queue.from_url(url, qname)
-    assert q.counts()["completed"] == 1
-    q.close()
+    assert _ten_lines(url, qname, "__main__") == ["a@b"]
+    with Queue.from_url(url, qname) as q:
+        assert q.counts()["completed"] == 1
+
+
+def test_the_ten_lines_imported_by_emq_worker_only_define_the_worker(url: str, qname: str) -> None:
+    from emq import Queue
+
+    assert _ten_lines(url, qname, "myapp") == []  # no enqueue, no worker run at import
+    with Queue.from_url(url, qname) as q:
+        assert not any(q.counts().values())
 
 
 def test_the_primitives_example_runs(url: str, qname: str) -> None:
