@@ -129,6 +129,13 @@ class ReplicasMissing(UnsafeServer, ServerRefused):
         super().__init__(message, "NOREPLICAS")
 
 
+class LayoutTooNew(EmqError):
+    """The queue's keyspace was written in a newer layout than this emq reads and writes
+    (docs/keyspace.md, Layout versions): a newer emq made or upgraded it. Every script and
+    read refuses such a queue before it writes anything, so an older process never changes
+    what it does not understand. Upgrade emq in this process."""
+
+
 class InvalidInput(EmqError, ValueError):
     """Input refused before any key was written."""
 
@@ -181,6 +188,17 @@ _BY_CLASS: dict[str, type[EmqError]] = {
 }
 
 
+def layout_too_new(detail: str) -> LayoutTooNew:
+    """``EMQLAYOUT <prefix> <stored> <mine> ...`` -> the one line a user reads."""
+    prefix, stored, mine = [*detail.split(), "?", "?", "?"][:3]
+    queue = prefix.removeprefix("emq:{").removesuffix("}:")
+    return LayoutTooNew(
+        f"queue {queue!r} is in keyspace layout {stored}, written by a newer emq; this emq "
+        f"reads and writes layout {mine} only and changed nothing: upgrade emq in every "
+        f"process that serves the queue (docs/keyspace.md, Layout versions)"
+    )
+
+
 # Error classes a server uses when it refuses a call because of its own state.
 SERVER_REFUSALS = ("OOM", "BUSY", "READONLY", "MISCONF", "NOPERM", "LOADING", "MASTERDOWN",
                    "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "NOTBUSY")  # fmt: skip
@@ -190,6 +208,8 @@ def from_reply(message: str) -> EmqError | None:
     """Map an error reply to its exception, or None if it is neither an emq refusal nor a
     server refusal (then it is a bug: :class:`ScriptError`)."""
     head, _, detail = message.partition(" ")
+    if head == "EMQLAYOUT":
+        return layout_too_new(detail)
     cls = _BY_CLASS.get(head)
     if cls is not None:
         return cls(detail or head)

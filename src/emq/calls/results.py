@@ -52,7 +52,7 @@ def await_result(core: QueueCore, job_id: str, *, register: bool) -> Call[list[A
     shows none, as after a restart that lost the count)."""
     k, job_id = core.keys, check_id(job_id)
     args: list[Arg] = [1 if register else 0]
-    return Call("await_result", [k.job(job_id), k.done(job_id)], args, list)
+    return Call("await_result", [k.job(job_id), k.done(job_id), k.meta], args, list)
 
 
 def check_timeout(timeout_s: float | None) -> float | None:

@@ -114,7 +114,7 @@ def settings_call(keys: QueueKeys, mode: str, fields: dict[str, str]) -> Call[di
     args: list[str | int | float] = [mode]
     for name, text in fields.items():
         args += [name, text]
-    return Call("settings", [keys.settings], args, _pairs)
+    return Call("settings", [keys.settings, keys.meta], args, _pairs)
 
 
 def _pairs(reply: list[str]) -> dict[str, str]:

@@ -10,6 +10,7 @@
 --
 -- KEYS[1] job        HASH    the job's row, job:<id>
 -- KEYS[2] done       LIST    outcomes pushed for the job's waiters, done:<id>
+-- KEYS[3] meta       HASH    queue flags (layout)
 -- ARGV[1] register   integer 1 = count the caller as a waiter; 0 = a re-check after a BLPOP
 --                            slice: count it only if the row shows no waiter (a restart
 --                            lost the count)
@@ -18,11 +19,13 @@
 --   {'missing'} (no row) | {'waiting', state}
 -- Errors: none
 -- Derives: none
--- Includes: none
+-- Includes: layout
 local k_job = KEYS[1]
 local k_done = KEYS[2]
+local k_meta = KEYS[3]
 local register = ARGV[1]
 local row = k_job
+check_layout(redis.call('HGET', k_meta, 'layout'), string.sub(k_meta, 1, -5))
 
 local f = redis.call('HMGET', row, 'state', 'result', 'last_error', 'cancelled', 'waiters')
 if not f[1] then

@@ -21,13 +21,14 @@
 --   slot, floor, name, lane, priority, max_attempts, each as stored (nil when missing; all
 --   nil: no row), and 'json' or 'bad' as its payload decodes as JSON or not (nil: missing)
 -- Errors: none
--- Derives: repeat:<key> HASH (read only)
--- Includes: clock
+-- Derives: meta HASH (read only), repeat:<key> HASH (read only)
+-- Includes: clock, layout
 local k_repeats = KEYS[1]
 local k_repeat_slots = KEYS[2]
 local prefix = ARGV[1]
 local limit = tonumber(ARGV[2])
 local audit = ARGV[3] == '1'
+use_layout(prefix)
 local FIELDS = {'version', 'next', 'every_ms', 'cron', 'tz', 'catch_up', 'start_at', 'slot',
   'floor', 'name', 'lane', 'priority', 'max_attempts', 'payload'}
 

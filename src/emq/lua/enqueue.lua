@@ -48,6 +48,9 @@ local GROUP = 9
 local FIRST = 5  -- ARGV index of the first group
 local RESEND_MS = 60000  -- how long a call that ran is known by its request
 
+use_events(k_events, maxlen)
+use_lanes(prefix, k_meta)  -- first: it refuses a newer keyspace layout before any write
+
 -- a resend of a call that landed: every job was admitted then, whatever became of it since
 if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
   local out = {}
@@ -58,9 +61,6 @@ if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
   end
   return out
 end
-
-use_events(k_events, maxlen)
-use_lanes(prefix, k_meta)
 
 local now = server_ms()
 

@@ -22,14 +22,15 @@
 --          was completed, for instance by an ack that crossed this heartbeat, or removed; no
 --          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
+-- Derives: meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
 -- Flags: allow-oom
--- Includes: answers, clock, events
+-- Includes: answers, clock, events, layout
 local k_active = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
+use_layout(prefix)
 
 use_events(k_events, maxlen)
 

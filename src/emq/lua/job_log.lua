@@ -19,13 +19,14 @@
 -- Returns: array, per line: stored_at (server ms) | 'lost' (the token no longer holds the
 --          lease; nothing written) | 'gone' (no row)
 -- Errors: none
--- Derives: job:<id> HASH (read only), logs:<id> LIST
--- Includes: answers, clock
+-- Derives: meta HASH (read only), job:<id> HASH (read only), logs:<id> LIST
+-- Includes: answers, clock, layout
 local k_active = KEYS[1]
 local k_logs = KEYS[2]
 local prefix = ARGV[1]
 local max_lines = tonumber(ARGV[2])
 local ttl_ms = tonumber(ARGV[3])
+use_layout(prefix)
 
 local now = server_ms()
 local fence = {}    -- '<id> <token>' -> the attempt number (string), or the refusal

@@ -16,12 +16,13 @@
 -- Returns: array, per job: progress_at (server ms) | 'lost' (the token no longer holds the
 --          lease; nothing written, no event) | 'gone' (no row)
 -- Errors: none
--- Derives: job:<id> HASH, events:archived STRING (read only)
--- Includes: answers, clock, events
+-- Derives: meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
+-- Includes: answers, clock, events, layout
 local k_active = KEYS[1]
 local k_events = KEYS[2]
 local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
+use_layout(prefix)
 
 use_events(k_events, maxlen)
 

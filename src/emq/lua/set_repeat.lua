@@ -27,8 +27,8 @@
 --   the last fired tick, next tick ms (the stored one for 0, first for 1 and 2, the last
 --   fired tick for -1)}
 -- Errors: EMQARG when the queue already has 4,096 schedules
--- Derives: repeat:<key> HASH
--- Includes: clock
+-- Derives: meta HASH (read only), repeat:<key> HASH
+-- Includes: clock, layout
 local k_repeats = KEYS[1]
 local k_repeat_slots = KEYS[2]
 local prefix = ARGV[1]
@@ -44,6 +44,7 @@ local priority = ARGV[10]
 local max_attempts = ARGV[11]
 local catch_up = ARGV[12]
 local start_at = ARGV[13]
+use_layout(prefix)
 local SPEC = {'name', 'payload', 'every_ms', 'cron', 'tz', 'lane', 'priority', 'max_attempts',
   'catch_up', 'start_at'}
 local spec = {name, payload, every_ms, cron, tz, lane, priority, max_attempts, catch_up,

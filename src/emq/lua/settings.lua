@@ -8,14 +8,17 @@
 -- indivisible step and two first openers cannot both win. No job changes: no event.
 --
 -- KEYS[1] settings   HASH    setting name -> stored text
+-- KEYS[2] meta       HASH    queue flags (layout)
 -- ARGV[1] mode       string  'init' | 'set'
 -- ARGV[2..] (name, text)*  the settings to store
 -- Returns: array, the stored (name, text) pairs after the step
 -- Errors: none
 -- Derives: nothing
--- Includes: none
+-- Includes: layout
 local k_settings = KEYS[1]
+local k_meta = KEYS[2]
 local mode = ARGV[1]
+check_layout(redis.call('HGET', k_meta, 'layout'), string.sub(k_meta, 1, -5))
 
 if #ARGV > 1 and (mode == 'set' or redis.call('EXISTS', k_settings) == 0) then
   redis.call('HSET', k_settings, unpack(ARGV, 2))

@@ -12,12 +12,13 @@
 -- ARGV[2] key            string  the schedule's key
 -- Returns: 1 removed | 0 no such schedule
 -- Errors: none
--- Derives: repeat:<key> HASH
--- Includes: clock
+-- Derives: meta HASH (read only), repeat:<key> HASH
+-- Includes: clock, layout
 local k_repeats = KEYS[1]
 local k_repeat_slots = KEYS[2]
 local prefix = ARGV[1]
 local key = ARGV[2]
+use_layout(prefix)
 
 local h = prefix .. 'repeat:' .. key
 local slot = redis.call('HGET', h, 'slot')

@@ -142,5 +142,3 @@ def last_id(info: Any) -> str:
         return "0-0"
     entry = cast(Sequence[Any], info[0])
     return str(entry[0])
-
-

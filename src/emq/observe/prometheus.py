@@ -142,9 +142,9 @@ def render(samples: Sequence[QueueSample]) -> tuple[bytes, str]:
 
 def render_queue_metrics(url: str, queues: list[str] | None = None) -> tuple[bytes, str]:
     """``(body, content type)`` of the Prometheus text exposition of ``queues`` (None: every
-    known queue, :func:`emq.server.discovery.queue_names`) on the server at ``url``.
-Blocking: run it
-    in a thread from async code. A server error is raised (the caller answers 5xx)."""
+        known queue, :func:`emq.server.discovery.queue_names`) on the server at ``url``.
+    Blocking: run it
+        in a thread from async code. A server error is raised (the caller answers 5xx)."""
     client = sync_client(
         url,
         decode_responses=True,

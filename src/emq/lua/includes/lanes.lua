@@ -1,8 +1,9 @@
 -- lanes: the lane helpers (docs/lanes.md): lane mode, each job's lane, the ring, lifo scores
--- Includes: wake
+-- Includes: layout, wake
 --
--- use_lanes(prefix, k_meta, ...)  reads the queue's lane mode (docs/lanes.md) and returns
---                       meta's concurrency and the other fields named, in order
+-- use_lanes(prefix, k_meta, ...)  checks the queue's keyspace layout (check_layout), reads
+--                       its lane mode (docs/lanes.md) and returns meta's concurrency and the
+--                       other fields named, in order
 -- DEFAULT_LANE          'default', the lane of a row without a lane field
 -- lane_mode, lane_vtime, lane_ready, lane_freed  what use_lanes read (lane mode on; the
 --                       ring's virtual time) and what to_pending and lane_release gather for
@@ -32,10 +33,11 @@ local lane_prefix, lane_mode, lane_vtime, queue_limited = '', false, '0', false
 local lane_ready, lane_freed, released = {}, {}, 0
 
 local function use_lanes(prefix, k_meta, ...)
-  local m = redis.call('HMGET', k_meta, 'lanes', 'vtime', 'concurrency', ...)
-  lane_prefix, lane_mode, lane_vtime = prefix, m[1] == '1', m[2] or '0'
-  queue_limited = m[3] ~= false and m[3] ~= '0'
-  return {unpack(m, 3)}
+  local m = redis.call('HMGET', k_meta, 'layout', 'lanes', 'vtime', 'concurrency', ...)
+  check_layout(m[1], prefix)
+  lane_prefix, lane_mode, lane_vtime = prefix, m[2] == '1', m[3] or '0'
+  queue_limited = m[4] ~= false and m[4] ~= '0'
+  return {unpack(m, 4)}
 end
 
 local function lane_of(field)  -- a row's lane field (false, '' or a name) -> the lane's name

@@ -2,7 +2,9 @@
 """``Reads``: what ``Queue`` reads without changing anything.
 
 Counts, rows, listings, lanes, the event stream and a job's history. Each read sees one
-instant of the server: plain commands sent in one MULTI, or one read-only script.
+instant of the server: plain commands sent in one MULTI, or one read-only script. Counts, a
+job and a listing read the queue's keyspace layout first (in the same MULTI) and refuse a
+queue of a newer layout (:mod:`emq.model.layout`) rather than misread it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,25 @@ from ...lua import scripts
 from ...model.events import Event
 from ...model.ids import check_id
 from ...model.lanes import DEFAULT_LANE, Lane, Limits, lane_arg
+from ...model.layout import FIELD as LAYOUT_FIELD
+from ...model.layout import check_layout
 from ...model.records import Job
 from ...model.states import Location
 from .stream import iter_events
 
 if TYPE_CHECKING:
     from ...archive.floor import Floor
+
+
+def _layout_checked(replies: list[Any], prefix: str) -> list[Any]:
+    """The replies of a MULTI that began with ``HGET meta layout``, after it: a newer layout
+    is refused before any other reply is looked at (its keys may have other types), then the
+    first error among them is raised."""
+    check_layout(replies[0], prefix)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies[1:]
 
 
 class Reads:
@@ -50,12 +65,14 @@ class Reads:
         k = self.core.keys
         with scripts.translated():
             with self.client.pipeline(transaction=True) as p:
+                p.hget(k.meta, LAYOUT_FIELD)
                 for loc in Location:
                     p.zcard(k.location(loc.value))
                 p.hmget(k.metrics, list(COUNT_FIELDS))
                 p.hget(k.meta, "lanes")
                 p.hlen(k.outbox)
-                *sizes, metrics, lane_mode, outbox = p.execute()
+                replies = p.execute(raise_on_error=False)
+                *sizes, metrics, lane_mode, outbox = _layout_checked(replies, k.prefix)
         if lane_mode == "1":
             _, lanes = self._run(self.core.lanes(leased=False))
             sizes[0] = sum(lane.pending for lane in lanes)
@@ -79,8 +96,10 @@ class Reads:
             try:
                 with scripts.translated():
                     with self.client.pipeline(transaction=one_instant) as p:
+                        p.hget(self.core.keys.meta, LAYOUT_FIELD)
                         self._read_job(p, job_id)
-                        row, run_at, deadline = p.execute()
+                        replies = p.execute(raise_on_error=False)
+                        row, run_at, deadline = _layout_checked(replies, self.core.keys.prefix)
                 break
             except ServerOutOfMemory:
                 if not one_instant:
@@ -123,6 +142,8 @@ class Reads:
             raise InvalidOption("offset must be >= 0 and limit within 1..10000")
         want = None if lane is None else lane_arg(lane)
         with scripts.translated():
+            layout = self.client.hget(self.core.keys.meta, LAYOUT_FIELD)
+            check_layout(layout, self.core.keys.prefix)
             if key == self.core.keys.pending:
                 ids = self._pending_ids(offset, limit, want)
             else:
