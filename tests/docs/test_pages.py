@@ -7,18 +7,24 @@ so a snippet may use them as the docs do without defining them:
 - ``queue`` and ``q``: a :class:`~emq.Queue` named ``emails``; ``aqueue``: its
   :class:`~emq.AsyncQueue` twin; ``worker``: a :class:`~emq.Worker` of ``emails``;
 - ``client``: a redis-py client of the server (``decode_responses=True``);
-- ``smtp_send(to, ...)``: the reader's mail call, a stand-in that records what it was given.
+- ``smtp_send(to, ...)``: the reader's mail call, a stand-in that records what it was given
+  (in ``sent``);
+- ``serve(worker)``: runs ``worker`` in a thread until the page ends or ``.stop()`` of what
+  it returns, for a block that waits for what another process's worker does
+  (``q.result(job, timeout_s=30)``).
 
-The page runs as a script does (``__name__ == "__main__"``) on an empty server. A worker a
-block runs stops once its queues are idle (burst mode), so a block's ``worker.run_sync()``
-returns.
+The page runs as a script does (``__name__ == "__main__"``) on an empty server. Any other
+worker a block runs stops once its queues are idle (burst mode), so a block's
+``worker.run_sync()`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +36,55 @@ from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "README.md", "docs/asgi.md", "docs/cluster.md", "docs/control.md", "docs/django.md",
+    "docs/asgi.md", "docs/cluster.md", "docs/control.md", "docs/django.md",
     "docs/events.md", "docs/flows.md", "docs/observability.md", "docs/partitions.md",
     "docs/search.md", "docs/tasks.md", "docs/testing.md", "docs/worker.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
 
+class Serving:
+    """A worker run in a thread by ``serve(worker)``, until :meth:`stop` or the page's end."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run_sync, kwargs={"handle_signals": False})
+
+    def stop(self) -> None:
+        """Stop the worker gracefully and wait for its thread."""
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), f"{self.worker.queue_names} did not stop"
+
+
 @pytest.fixture
-def burst(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every worker run ends once nothing is claimable and nothing is held."""
+def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Worker], Serving]]:
+    """``serve(worker)`` runs it in a thread until it is stopped or the test ends; every other
+    worker run ends once nothing is claimable and nothing is held (burst mode)."""
+    served: list[Serving] = []
     run = Worker.run
 
     async def bounded(self: Worker, *, handle_signals: bool = False) -> None:
-        self.configure(burst=True)
+        if all(self is not s.worker for s in served):
+            self.configure(burst=True)
         await run(self, handle_signals=handle_signals)
 
     monkeypatch.setattr(Worker, "run", bounded)
 
+    def start(worker: Worker) -> Serving:
+        served.append(serving := Serving(worker))  # listed first: its run is not a burst
+        serving.thread.start()
+        return serving
+
+    yield start
+    for serving in served:
+        serving.stop()
+
 
 @pytest.fixture
-def names(url: str, client: redis.Redis, burst: None) -> Iterator[dict[str, Any]]:
+def names(
+    url: str, client: redis.Redis, serve: Callable[[Worker], Serving]
+) -> Iterator[dict[str, Any]]:
     """The names a page starts with (this module's docstring), closed after the page."""
     client.flushall()  # each page on an empty server: the pages share queue names
     sent: list[tuple[Any, ...]] = []
@@ -69,6 +103,7 @@ def names(url: str, client: redis.Redis, burst: None) -> Iterator[dict[str, Any]
         "client": client,
         "smtp_send": smtp_send,
         "sent": sent,
+        "serve": serve,
     }
     yield namespace
     _close(namespace)
@@ -118,3 +153,17 @@ def _from_the_page(exc: BaseException) -> str:
 def test_every_fenced_block_names_a_known_language(path: str) -> None:
     """A block of Python under another name (``py``, ``pycon``) would not run: refuse it."""
     assert languages(Path(ROOT / path)) - NOT_PYTHON - {"python"} == set()
+
+
+SENTENCE = re.compile(r"(?<=[.;])\s+")
+ABOUT_TESTS = re.compile(r"\b(lanes?|suite|tests?)\b")
+FIGURE = re.compile(r"\b\d[\d,.]*\s*(s|seconds?|minutes?)\b|\b\d[\d,]*\s+tests\b")
+
+
+@pytest.mark.parametrize("path", ["README.md", "CONTRIBUTING.md", "docs/testing.md"])
+def test_no_page_states_a_count_of_tests_or_a_lane_time(path: str) -> None:
+    """Such figures drift with every change of the suite; `./scripts/test` prints its wall
+    time, and pytest its counts, on every run."""
+    text = (ROOT / path).read_text()
+    found = [s for s in SENTENCE.split(text) if ABOUT_TESTS.search(s) and FIGURE.search(s)]
+    assert found == []
