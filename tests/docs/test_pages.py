@@ -3,12 +3,14 @@
 write one). A page's blocks run in order in one namespace, which starts with the names below,
 so a snippet may use them as the docs do without defining them:
 
-- ``url``: the suite's server (``redis://127.0.0.1:6379/0`` in a block is the same server);
+- ``url``: the suite's server (``redis://127.0.0.1:6379/0`` in a block, and ``EMQ_URL`` in
+  the environment, are the same server);
 - ``queue`` and ``q``: a :class:`~emq.Queue` named ``emails``; ``aqueue``: its
   :class:`~emq.AsyncQueue` twin; ``worker``: a :class:`~emq.Worker` of ``emails``;
 - ``client``: a redis-py client of the server (``decode_responses=True``);
 - ``smtp_send(to, ...)``: the reader's mail call, a stand-in that records what it was given
   (in ``sent``);
+- ``monkeypatch``: pytest's, for a block that is a test of the reader's;
 - ``serve(worker)``: runs ``worker`` in a thread until the page ends or ``.stop()`` of what
   it returns, for a block that waits for what another process's worker does
   (``q.result(job, timeout_s=30)``).
@@ -36,7 +38,7 @@ from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "docs/asgi.md", "docs/cluster.md", "docs/control.md", "docs/django.md",
+    "docs/cluster.md", "docs/control.md", "docs/django.md",
     "docs/events.md", "docs/flows.md", "docs/observability.md", "docs/partitions.md",
     "docs/search.md", "docs/tasks.md", "docs/testing.md", "docs/worker.md",
 }  # fmt: skip
@@ -83,10 +85,14 @@ def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Worker], Servin
 
 @pytest.fixture
 def names(
-    url: str, client: redis.Redis, serve: Callable[[Worker], Serving]
+    url: str,
+    client: redis.Redis,
+    serve: Callable[[Worker], Serving],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[dict[str, Any]]:
     """The names a page starts with (this module's docstring), closed after the page."""
     client.flushall()  # each page on an empty server: the pages share queue names
+    monkeypatch.setenv("EMQ_URL", url)
     sent: list[tuple[Any, ...]] = []
 
     async def smtp_send(*args: Any, **kwargs: Any) -> None:
@@ -104,6 +110,7 @@ def names(
         "smtp_send": smtp_send,
         "sent": sent,
         "serve": serve,
+        "monkeypatch": monkeypatch,
     }
     yield namespace
     _close(namespace)
@@ -128,8 +135,8 @@ def _close(namespace: dict[str, Any]) -> None:
     "path",
     [pytest.param(p, marks=pytest.mark.xfail(strict=True)) if p in NOT_YET else p for p in pages()],
 )
-def test_the_page_runs(path: str, names: dict[str, Any], url: str) -> None:
-    page = Page(url=url, loop=asyncio.Runner())
+def test_the_page_runs(path: str, names: dict[str, Any], url: str, tmp_path: Path) -> None:
+    page = Page(url=url, loop=asyncio.Runner(), files=tmp_path)
     names["__page__"] = page
     failed = None
     try:

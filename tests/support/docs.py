@@ -4,11 +4,15 @@ docs/*.md, the invisible blocks a page adds for its stand-ins, and the fragments
 A page's blocks run in order in one namespace (the page's), so a block may use what an
 earlier block of the page defined. Top-level ``await`` and ``async for`` run on the page's
 own event loop. ``redis://127.0.0.1:6379/0``, the address the docs give a local server, is
-the suite's server while the docs run. Two directives in HTML comments, which the rendered
-page hides:
+the suite's server while the docs run. Three directives in HTML comments, which the
+rendered page hides:
 
 - ``<!-- fragment: REASON -->`` right above a block: the block is part of a program the page
   cannot hold (a Django project, a server at another address); it is parsed, never run;
+- ``<!-- file: PATH -->`` right above a block: the block is that file of the reader's project
+  (``myapp/tasks.py``). It is written under a directory on ``sys.path`` instead of run, so a
+  later block runs it by importing it, as the reader's code would; one that no block
+  imports fails the page;
 - ``<!-- invisible-code-block: python`` ... ``-->`` (Sybil's own): code that runs in the
   page's namespace at that point, for a stand-in of the reader's code (``smtp_send``).
 
@@ -20,7 +24,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,20 +59,25 @@ class Page:
 
     url: str
     loop: asyncio.Runner
+    files: Path  # where a ``file:`` block is written: on sys.path while the page runs
     ran: list[int] = field(default_factory=list)  # the first line of each block run
     fragments: dict[int, str] = field(default_factory=dict)  # line -> reason
+    written: dict[int, str] = field(default_factory=dict)  # line -> module name
+
+    def source(self, example: Example) -> str:
+        """The block's code, the docs' local server address the suite's."""
+        return str(example.parsed).replace(DOCS_URL, self.url)
 
 
-class Fragment(Exception):
-    """Raised for a block marked ``<!-- fragment: REASON -->``: parsed, not run."""
+class NotRun(Exception):
+    """Raised for a block marked a fragment (parsed, not run) or a file (written)."""
 
 
 def _run_block(example: Example) -> None:
     """Run one python block in its page's namespace (compiled with its page's line numbers)."""
     __tracebackhide__ = True
     page: Page = example.namespace[PAGE]
-    source = example.parsed.replace(DOCS_URL, page.url)
-    padded = "\n" * (example.line + example.parsed.line_offset) + source
+    padded = "\n" * (example.line + example.parsed.line_offset) + page.source(example)
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     code = compile(padded, example.path, "exec", flags=flags, dont_inherit=True)
     if code.co_flags & inspect.CO_COROUTINE:
@@ -87,34 +97,49 @@ class _Python(PythonCodeBlockParser):
             yield region
 
 
-class _Fragments:
-    """``<!-- fragment: REASON -->``: the python block right below is not run."""
+class _Directive:
+    """``<!-- NAME: ARGUMENT -->`` right above a python block: the block is not run in the
+    page's namespace; ``then(page, block, argument)`` says what becomes of it."""
 
-    def __init__(self) -> None:
-        self.lexer = DirectiveInHTMLCommentLexer("fragment", arguments=r".+?")
+    def __init__(self, name: str, then: Callable[[Page, Example, str], None]) -> None:
+        self.name, self.then = name, then
+        self.lexer = DirectiveInHTMLCommentLexer(name, arguments=r".+?")
 
     def __call__(self, document: Document) -> Iterable[Region]:
         for lexed in self.lexer(document):
-            reason = str(lexed.lexemes["arguments"]).strip()
-            if not reason:
-                raise ValueError(f"{document.path}: a fragment needs its reason")
-            yield Region(lexed.start, lexed.end, reason, _mark_fragment)
+            argument = str(lexed.lexemes["arguments"]).strip()
+            if not argument:
+                raise ValueError(f"{document.path}: {self.name}: needs its argument")
+            yield Region(lexed.start, lexed.end, argument, self._mark)
+
+    def _mark(self, example: Example) -> None:
+        def instead(block: Example) -> None:
+            example.document.pop_evaluator(instead)
+            if block.region.evaluator is not _run_block:
+                raise ValueError(f"{example.path}:{example.line}: {self.name}: no python block")
+            self.then(block.namespace[PAGE], block, example.parsed)
+            raise NotRun(self.name)
+
+        example.document.push_evaluator(instead)
 
 
-def _mark_fragment(example: Example) -> None:
-    reason: str = example.parsed
-
-    def skip(next_example: Example) -> None:
-        example.document.pop_evaluator(skip)
-        if next_example.region.evaluator is not _run_block:
-            raise ValueError(f"{example.path}:{example.line}: a fragment marks a python block")
-        example.namespace[PAGE].fragments[next_example.line] = reason
-        raise Fragment(reason)
-
-    example.document.push_evaluator(skip)
+def _fragment(page: Page, block: Example, reason: str) -> None:
+    page.fragments[block.line] = reason
 
 
-SYBIL = Sybil(parsers=[_Python(), _Fragments()], path=str(ROOT))
+def _file(page: Page, block: Example, path: str) -> None:
+    target = page.files / path
+    if target.suffix != ".py" or ".." in target.parts:
+        raise ValueError(f"{block.path}:{block.line}: file: a relative path of a .py file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page.source(block))
+    page.written[block.line] = ".".join(Path(path).with_suffix("").parts)
+
+
+SYBIL = Sybil(
+    parsers=[_Python(), _Directive("fragment", _fragment), _Directive("file", _file)],
+    path=str(ROOT),
+)
 
 
 def pages() -> list[str]:
@@ -152,9 +177,24 @@ def run_page(path: Path, namespace: dict[str, Any], page: Page) -> Page:
     document = SYBIL.parse(path)
     document.namespace = namespace
     namespace[PAGE] = page
-    for example in document.examples():
-        try:
-            example.evaluate()
-        except Fragment:
-            continue
+    sys.path.insert(0, str(page.files))
+    try:
+        for example in document.examples():
+            try:
+                example.evaluate()
+            except NotRun:
+                continue
+        unused = {n for n in page.written.values() if n not in sys.modules}
+        assert not unused, f"{path}: no block imports the file blocks {sorted(unused)}"
+    finally:
+        sys.path.remove(str(page.files))
+        for name, module in list(sys.modules.items()):  # the next page writes its own
+            if _within(module, page.files):
+                del sys.modules[name]
     return page
+
+
+def _within(module: object, root: Path) -> bool:
+    """True for a module (or a namespace package) loaded from under ``root``."""
+    places = [getattr(module, "__file__", None), *getattr(module, "__path__", [])]
+    return any(str(p).startswith(str(root)) for p in places if p)
