@@ -7,6 +7,8 @@ so a snippet may use them as the docs do without defining them:
   the environment, are the same server);
 - ``queue`` and ``q``: a :class:`~emq.Queue` named ``emails``; ``aqueue``: its
   :class:`~emq.AsyncQueue` twin; ``worker``: a :class:`~emq.Worker` of ``emails``;
+- ``emq_url``, ``emq_queue``, ``emq_aqueue``: the same as ``url``, ``queue`` and ``aqueue``,
+  under the names of emq's pytest fixtures (docs/testing.md);
 - ``client``: a redis-py client of the server (``decode_responses=True``);
 - ``smtp_send(to, ...)``: the reader's mail call, a stand-in that records what it was given
   (in ``sent``);
@@ -40,7 +42,7 @@ from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_pag
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
     "docs/cluster.md", "docs/control.md", "docs/django.md",
     "docs/events.md", "docs/flows.md", "docs/observability.md", "docs/partitions.md",
-    "docs/search.md", "docs/testing.md", "docs/worker.md",
+    "docs/search.md", "docs/worker.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
@@ -98,13 +100,16 @@ def names(
     async def smtp_send(*args: Any, **kwargs: Any) -> None:
         sent.append((*args, *kwargs.values()))
 
-    q = Queue.from_url(url, "emails")
+    q, aq = Queue.from_url(url, "emails"), AsyncQueue.from_url(url, "emails")
     namespace: dict[str, Any] = {
         "__name__": "__main__",
         "url": url,
         "queue": q,
         "q": q,
-        "aqueue": AsyncQueue.from_url(url, "emails"),
+        "aqueue": aq,
+        "emq_url": url,
+        "emq_queue": q,
+        "emq_aqueue": aq,
         "worker": Worker("emails", url=url),
         "client": client,
         "smtp_send": smtp_send,

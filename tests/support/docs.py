@@ -159,6 +159,13 @@ def python_blocks(path: Path) -> list[str]:
     ]
 
 
+def block_after(path: Path, marker: str) -> str:
+    """The source of the first visible python block of ``path`` below ``marker``."""
+    at = path.read_text().index(marker)
+    found = examples(path)
+    return next(str(e.parsed) for e in found if e.start > at and e.region.evaluator is _run_block)
+
+
 def _fenced(example: Example) -> bool:
     """True for a fenced block the reader sees (not an invisible one)."""
     return example.document.text[example.start : example.end].lstrip().startswith("```")
