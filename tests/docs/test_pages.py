@@ -29,6 +29,7 @@ import re
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_pag
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
     "docs/cluster.md", "docs/control.md", "docs/django.md",
     "docs/events.md", "docs/flows.md", "docs/observability.md", "docs/partitions.md",
-    "docs/search.md", "docs/worker.md",
+    "docs/search.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
@@ -129,6 +130,8 @@ def _close(namespace: dict[str, Any]) -> None:
         for value in {id(v): v for v in namespace.values()}.values():
             if isinstance(value, AsyncQueue | AsyncPartitionedQueue):
                 loop.run(value.close())
+            elif isinstance(value, Executor):
+                value.shutdown()
             elif isinstance(value, Queue | PartitionedQueue):
                 value.close()
             elif isinstance(value, Tasks):
