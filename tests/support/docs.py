@@ -186,11 +186,16 @@ def run_page(path: Path, namespace: dict[str, Any], page: Page) -> Page:
     namespace[PAGE] = page
     sys.path.insert(0, str(page.files))
     try:
+        blocks = []
         for example in document.examples():
+            if example.region.evaluator is _run_block:
+                blocks.append(example.line)
             try:
                 example.evaluate()
             except NotRun:
                 continue
+        done = [*page.ran, *page.fragments, *page.written]
+        assert sorted(done) == blocks, f"{path}: blocks {blocks}, ran or marked {sorted(done)}"
         unused = {n for n in page.written.values() if n not in sys.modules}
         assert not unused, f"{path}: no block imports the file blocks {sorted(unused)}"
     finally:
