@@ -17,7 +17,8 @@ so a snippet may use them as the docs do without defining them:
   it returns, for a block that waits for what another process's worker does
   (``q.result(job, timeout_s=30)``).
 
-The page runs as a script does (``__name__ == "__main__"``) on an empty server. Any other
+The page runs as a script does (``__name__ == "__main__"``) on an empty server, in a
+temporary working directory. Any other
 worker a block runs stops once its queues are idle (burst mode), so a block's
 ``worker.run_sync()`` returns.
 """
@@ -37,11 +38,12 @@ import pytest
 import redis
 
 from emq import AsyncQueue, PartitionedQueue, Queue, Tasks, Worker
+from emq.archive import Archive
 from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "docs/events.md", "docs/flows.md", "docs/observability.md", "docs/partitions.md",
+    "docs/flows.md", "docs/observability.md", "docs/partitions.md",
     "docs/search.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
@@ -91,10 +93,13 @@ def names(
     client: redis.Redis,
     serve: Callable[[Worker], Serving],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> Iterator[dict[str, Any]]:
     """The names a page starts with (this module's docstring), closed after the page."""
     client.flushall()  # each page on an empty server: the pages share queue names
     monkeypatch.setenv("EMQ_URL", url)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # where a block's relative paths (.emq/floor/...) go
     sent: list[tuple[Any, ...]] = []
 
     async def smtp_send(*args: Any, **kwargs: Any) -> None:
@@ -131,7 +136,7 @@ def _close(namespace: dict[str, Any]) -> None:
                 loop.run(value.close())
             elif isinstance(value, Executor):
                 value.shutdown()
-            elif isinstance(value, Queue | PartitionedQueue):
+            elif isinstance(value, Queue | PartitionedQueue | Archive):
                 value.close()
             elif isinstance(value, Tasks):
                 value.close()
@@ -146,7 +151,7 @@ def _close(namespace: dict[str, Any]) -> None:
     [pytest.param(p, marks=pytest.mark.xfail(strict=True)) if p in NOT_YET else p for p in pages()],
 )
 def test_the_page_runs(path: str, names: dict[str, Any], url: str, tmp_path: Path) -> None:
-    page = Page(url=url, loop=asyncio.Runner(), files=tmp_path)
+    page = Page(url=url, loop=asyncio.Runner(), files=tmp_path / "files")
     names["__page__"] = page
     failed = None
     try:
