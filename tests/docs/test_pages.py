@@ -18,14 +18,15 @@ so a snippet may use them as the docs do without defining them:
   (``q.result(job, timeout_s=30)``).
 
 The page runs as a script does (``__name__ == "__main__"``) on an empty server, in a
-temporary working directory. Any other
-worker a block runs stops once its queues are idle (burst mode), so a block's
-``worker.run_sync()`` returns.
+temporary working directory; a tracer provider it sets is OpenTelemetry's global one for the
+page only. Any worker a block runs, other than a served one, stops once its queues are idle
+(burst mode), so a block's ``worker.run_sync()`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import traceback
@@ -43,7 +44,7 @@ from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "docs/observability.md", "docs/partitions.md",
+    "docs/partitions.md",
     "docs/search.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
@@ -122,8 +123,27 @@ def names(
         "serve": serve,
         "monkeypatch": monkeypatch,
     }
-    yield namespace
-    _close(namespace)
+    with _own_tracer_provider():
+        yield namespace
+        _close(namespace)
+
+
+@contextlib.contextmanager
+def _own_tracer_provider() -> Iterator[None]:
+    """A page may set OpenTelemetry's global tracer provider (once per process, says the API):
+    it is the page's only, shut down and put back afterwards, as tests/observe does."""
+    from opentelemetry import trace
+    from opentelemetry.util._once import Once
+
+    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    try:
+        yield
+    finally:
+        provider = trace._TRACER_PROVIDER
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
+        if provider is not saved[0] and hasattr(provider, "shutdown"):
+            provider.shutdown()
 
 
 def _close(namespace: dict[str, Any]) -> None:
