@@ -44,7 +44,6 @@ from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
 NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "docs/partitions.md",
     "docs/search.md",
 }  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
