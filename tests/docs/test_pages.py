@@ -43,9 +43,6 @@ from emq.archive import Archive
 from emq.queue._async.partitions import AsyncPartitionedQueue
 from tests.support.docs import NOT_PYTHON, ROOT, Page, languages, pages, run_page
 
-NOT_YET = {  # the pages whose blocks do not run yet; each goes when its page is fixed
-    "docs/search.md",
-}  # fmt: skip
 ALL = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
 
@@ -167,7 +164,7 @@ def _close(namespace: dict[str, Any]) -> None:
 @pytest.mark.servers("valkey")
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=pytest.mark.xfail(strict=True)) if p in NOT_YET else p for p in pages()],
+    pages(),
 )
 def test_the_page_runs(path: str, names: dict[str, Any], url: str, tmp_path: Path) -> None:
     page = Page(url=url, loop=asyncio.Runner(), files=tmp_path / "files")
