@@ -152,7 +152,7 @@ def _close(namespace: dict[str, Any]) -> None:
                 loop.run(value.close())
             elif isinstance(value, Executor):
                 value.shutdown()
-            elif isinstance(value, Queue | PartitionedQueue | Archive):
+            elif isinstance(value, Queue | PartitionedQueue | Archive | redis.Redis):
                 value.close()
             elif isinstance(value, Tasks):
                 value.close()
