@@ -103,7 +103,7 @@ class _Directive:
 
     def __init__(self, name: str, then: Callable[[Page, Example, str], None]) -> None:
         self.name, self.then = name, then
-        self.lexer = DirectiveInHTMLCommentLexer(name, arguments=r".+?")
+        self.lexer = DirectiveInHTMLCommentLexer(name, arguments=r".*?")
 
     def __call__(self, document: Document) -> Iterable[Region]:
         for lexed in self.lexer(document):
