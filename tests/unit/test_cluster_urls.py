@@ -1,0 +1,70 @@
+"""A cluster URL names several seed nodes (``redis+cluster://h1:p1,h2:p2/``): the accepted
+spellings and what each seed becomes, and every malformed one refused with one line that
+says what to fix and never shows the password. No server: nothing connects."""
+
+from __future__ import annotations
+
+import pytest
+
+from emq import InvalidUrl, Queue, Tasks, Worker
+from emq.server.urls import check_url, parse_cluster_url, redact_url
+
+SECRET = "hunter2-not-shown"
+
+
+def test_seeds_in_every_spelling() -> None:
+    url = f"valkey+cluster://:{SECRET}@10.0.0.1:7000, 10.0.0.2,[::1]:7002/"
+    checked = check_url(url)
+    assert checked == f"redis+cluster://:{SECRET}@10.0.0.1:7000, 10.0.0.2,[::1]:7002/"
+    parsed = parse_cluster_url(checked)
+    assert parsed.seeds == (("10.0.0.1", 7000), ("10.0.0.2", 6379), ("::1", 7002))
+    assert parsed.node_url == f"redis://:{SECRET}@10.0.0.1:7000/0"
+    assert SECRET not in redact_url(checked) and "10.0.0.2" in redact_url(checked)
+
+
+def test_tls_seeds_keep_their_options_and_a_seed_named_twice_counts_once() -> None:
+    url = "valkeys+cluster://app:pw@h1:7000,h2:7001,h1:7000/0?ssl_ca_certs=/etc/ca.crt"
+    parsed = parse_cluster_url(check_url(url))
+    assert check_url(url).startswith("rediss+cluster://")
+    assert parsed.seeds == (("h1", 7000), ("h2", 7001))
+    assert parsed.node_url == "rediss://app:pw@h1:7000/0?ssl_ca_certs=/etc/ca.crt"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (f"redis+cluster://:{SECRET}@h1:7000,,h2:7001/", "empty seed address"),
+        (f"redis+cluster://:{SECRET}@h1:7000,h2:7001,/", "empty seed address"),
+        (f"redis+cluster://:{SECRET}@/", "names no seed node"),
+        (f"redis+cluster://:{SECRET}@h1:7000,h2:70x1/", "bad port in 'h2'"),
+        (f"redis+cluster://:{SECRET}@h1:7000,h2:99999/", "bad port in 'h2'"),
+        (f"redis+cluster://:{SECRET}@h1:7000,redis://:{SECRET}@h2:7001/", "names its scheme once"),
+        (f"redis+cluster://:{SECRET}@h1:7000,rediss://h2:7001/", "redis+cluster://, rediss://"),
+        (f"redis+cluster://:{SECRET}@h1:7000/3", "only database 0"),
+        (f"redis+cluster://:{SECRET}@h1:7000/?db=1", "only database 0"),
+        (f"redis+cluster://:{SECRET}@h1:7000/?cluster=no", "scheme already says"),
+        (f"redis+cluster://:{SECRET}@h1:7000/?ssl_ca_certs=x", "rediss+cluster://"),
+        (f"redis+cluster://:{SECRET}@h1:7000/?nonsense=1", "unknown query option"),
+        (f"redis://:{SECRET}@h1:7000,h2:7001/0", "redis+cluster://"),
+        (f"valkey://:{SECRET}@h1:7000,h2:7001", "redis+cluster://"),
+        (f"redis+clusters://:{SECRET}@h1:7000/", "has scheme"),
+    ],
+)
+def test_bad_cluster_urls_are_refused_in_one_line(url: str, said: str) -> None:
+    with pytest.raises(InvalidUrl) as refused:
+        check_url(url)
+    message = str(refused.value)
+    assert said in message and SECRET not in message and "\n" not in message, message
+
+
+def test_every_entry_point_checks_a_cluster_url_before_it_connects() -> None:
+    """Nothing listens on these ports: each refusal comes from the URL alone."""
+    bad = f"redis+cluster://:{SECRET}@127.0.0.1:1,,127.0.0.1:2/"
+    for make in (
+        lambda: Queue.from_url(bad, "q"),
+        lambda: Worker("q", url=bad),
+        lambda: Tasks("q", url=bad),
+    ):
+        with pytest.raises(InvalidUrl, match="empty seed address") as refused:
+            make()
+        assert SECRET not in str(refused.value)
