@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from emq import InvalidUrl, Queue, Tasks, Worker
+from emq.server.clients import async_client
 from emq.server.urls import check_url, parse_cluster_url, redact_url
+from emq.worker.connections import ClientFactory
 
 SECRET = "hunter2-not-shown"
 
@@ -28,6 +30,25 @@ def test_tls_seeds_keep_their_options_and_a_seed_named_twice_counts_once() -> No
     assert check_url(url).startswith("rediss+cluster://")
     assert parsed.seeds == (("h1", 7000), ("h2", 7001))
     assert parsed.node_url == "rediss://app:pw@h1:7000/0?ssl_ca_certs=/etc/ca.crt"
+
+
+def test_every_seed_gets_the_login_and_tls_and_so_do_a_workers_own_clients() -> None:
+    """An asyncio client connects at its first command: its seeds are read, not dialled."""
+    url = f"rediss+cluster://app:{SECRET}@127.0.0.1:1,127.0.0.1:2/?ssl_ca_certs=/etc/ca.crt"
+    made = async_client(url, decode_responses=True)
+    factory = ClientFactory(like=made)  # Worker(AsyncQueue(...)) copies the client's settings
+    for client in (made, factory.asyncio(), ClientFactory(url=url).asyncio()):
+        nodes = client.nodes_manager.startup_nodes  # type: ignore[attr-defined]
+        assert sorted(nodes) == ["127.0.0.1:1", "127.0.0.1:2"]
+        for node in nodes.values():
+            assert "SSL" in node.connection_class.__name__
+            kw = node.connection_kwargs
+            assert (kw["username"], kw["password"], kw["ssl_ca_certs"]) == (
+                "app",
+                SECRET,
+                "/etc/ca.crt",
+            )
+    assert SECRET not in factory.shown_url and factory.shown_url.startswith("rediss+cluster://")
 
 
 @pytest.mark.parametrize(
