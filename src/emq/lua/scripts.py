@@ -209,8 +209,9 @@ _STRIPPED: tuple[tuple[type[ResponseError], str], ...] = (
     (redis.exceptions.ReadOnlyError, "READONLY"),
     (redis.exceptions.NoPermissionError, "NOPERM"),
     (redis.exceptions.ExecAbortError, "EXECABORT"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),  # MASTERDOWN too: its subclass
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
 )
-
 
 _SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
 _CALLED = re.compile(r"redis\.call\('([A-Za-z]+)'")
