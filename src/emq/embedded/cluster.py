@@ -113,6 +113,7 @@ class EmbeddedCluster:
             "cluster-enabled yes",
             "cluster-config-file nodes.conf",
             f"cluster-node-timeout {self.node_timeout_ms}",
+            "repl-diskless-sync-delay 0",  # a replica (re)joining syncs at once, not after 5 s
         )
         if password:
             config += (f"masterauth {password}",)
