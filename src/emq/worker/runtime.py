@@ -274,7 +274,11 @@ class Worker:
         for spec in self.handlers.values():  # a stopped child is killed after the cancel grace
             if spec.children is not None:
                 spec.children.grace_s = self.options.cancel_grace_ms / 1000
-        run = Runner(conns, queues, self.handlers, self.options, self.stats, self.log)
+        try:  # a metrics port in use, say: the connections are closed, not left to leak
+            run = Runner(conns, queues, self.handlers, self.options, self.stats, self.log)
+        except BaseException:
+            await conns.close()
+            raise
         with self._lock:
             self._runner = run
             if self._stop_asked:
