@@ -5,8 +5,10 @@ says what to fix and never shows the password. No server: nothing connects."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from emq import InvalidUrl, Queue, Tasks, Worker
+from emq.cli.main import cli
 from emq.server.clients import async_client
 from emq.server.urls import check_url, parse_cluster_url, redact_url
 from emq.worker.connections import ClientFactory
@@ -89,3 +91,18 @@ def test_every_entry_point_checks_a_cluster_url_before_it_connects() -> None:
         with pytest.raises(InvalidUrl, match="empty seed address") as refused:
             make()
         assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis+cluster://:{SECRET}@127.0.0.1:1,,127.0.0.1:2/",
+        f"redis+cluster://:{SECRET}@127.0.0.1:1,rediss://:{SECRET}@127.0.0.1:2/",
+    ],
+)
+def test_the_cli_refuses_a_bad_cluster_url_in_one_line(url: str) -> None:
+    for args, env in ((["--url", url], {}), ([], {"EMQ_URL": url})):
+        result = CliRunner().invoke(cli, ["stats", "q", *args], env=env)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+        assert SECRET not in result.output and "Traceback" not in result.output
