@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from emq.cli.main import cli
 from emq.embedded.cluster import SLOTS, EmbeddedCluster
 from emq.errors import ServerError
+from emq.server.clients import close_client, is_cluster_client, sync_client
 
 pytestmark = pytest.mark.servers("cluster")  # clusters of its own
 
@@ -73,11 +74,12 @@ def test_cli_starts_and_stops_a_cluster(tmp_path: Path) -> None:
         assert status.exit_code == 0
         assert [n["role"] for n in json.loads(status.output)["nodes"]] == ["primary"] * 2
         url = runner.invoke(cli, ["server", "url", "--cluster"], env=env).output.strip()
-        rc = redis.RedisCluster.from_url(url)
+        assert url.startswith("redis+cluster://") and url.count(",") == 1  # both nodes seeds
+        rc = sync_client(url)
         try:
-            assert rc.ping()
+            assert rc.ping() and is_cluster_client(rc)
         finally:
-            rc.close()
+            close_client(rc)
         refused = runner.invoke(cli, ["server", "start", "--replicas", "1"], env=env)
         assert refused.exit_code == 2 and "--replicas goes with --cluster" in refused.output
     finally:

@@ -20,7 +20,8 @@ import redis
 from emq import AsyncQueue, AuthenticationFailed, Queue, ServerUnreachable, Worker, WorkerOptions
 from emq.embedded.standalone import EmbeddedServer, free_port
 from emq.model.keys import QueueKeys
-from emq.worker.connect import ClientFactory, Outage, park
+from emq.worker.connect import Outage, park
+from emq.worker.connections import ClientFactory
 
 from ..support.helpers import assert_consistent, log_records, until
 

@@ -24,6 +24,7 @@ import redis
 from ..errors import EmqError, ServerUnreachable
 from ..model.checks import MAX_SHOWN
 from ..queue.shared import UNREACHABLE
+from ..server.clients import cluster_unreachable
 from ..server.urls import check_url, redact_url
 
 if TYPE_CHECKING:
@@ -296,12 +297,11 @@ def failure_line(exc: BaseException, url: str | None) -> str | None:
     if auth is not None or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
         why = auth if auth is not None else exc  # redis-py's own words, never the password
         return f"the server{at} refused the login (wrong or missing password or user name): {why}"
-    if isinstance(exc, UNREACHABLE):
+    if isinstance(exc, UNREACHABLE) or cluster_unreachable(exc):
         cause = exc.__cause__ if isinstance(exc, ServerUnreachable) and exc.__cause__ else exc
+        if cluster_unreachable(cause):  # redis-py's words, then the last node's error
+            return f"cannot reach any node of the cluster{at}: {cause.__cause__ or cause}"
         return f"cannot reach the server{at}: {cause}"
-    lost = redis.exceptions.RedisClusterException
-    if isinstance(exc, lost) and "cannot be connected" in str(exc):
-        return f"cannot reach the cluster{at}: {exc}"
     if isinstance(exc, EmqError):
         return str(exc)
     if isinstance(exc, redis.RedisError):

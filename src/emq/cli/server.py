@@ -100,8 +100,9 @@ def start(
 ) -> None:
     """Start the embedded server, or reuse the one already running (URL shown redacted).
     With --cluster N: a local cluster of N primaries (and --replicas R each), slots assigned
-    and every node ready; its first node's URL is shown. With --sentinel: a primary, its
-    replicas and 3 sentinels watching it; the redis+sentinel:// URL is shown."""
+    and every node ready; its redis+cluster:// URL (every node a seed) is shown. With
+    --sentinel: a primary, its replicas and 3 sentinels watching it; the redis+sentinel://
+    URL is shown."""
     if sentinel:
         if primaries is not None:
             raise click.UsageError("--sentinel and --cluster are two different set-ups")
@@ -121,7 +122,8 @@ def start(
     replicas = replicas or 0
     if primaries is not None:
         cluster = _cluster(data_dir, primaries, replicas)
-        url = redact_url(cluster.start())
+        cluster.start()
+        url = redact_url(cluster.seeds_url())
         if as_json:
             emit_json({"url": url, "data_dir": str(cluster.data_dir), "cluster": True})
         else:
@@ -195,7 +197,9 @@ def status(data_dir: str | None, cluster: bool, as_json: bool) -> None:
 
 @server.command()
 @dir_option
-@click.option("--cluster", is_flag=True, help="The local cluster's URL (its first node).")
+@click.option(
+    "--cluster", is_flag=True, help="The local cluster's redis+cluster:// URL (every node a seed)."
+)
 @click.option("--sentinel", is_flag=True, help="The local sentinel set's redis+sentinel:// URL.")
 @json_option
 def url(data_dir: str | None, cluster: bool, sentinel: bool, as_json: bool) -> None:
@@ -203,7 +207,7 @@ def url(data_dir: str | None, cluster: bool, sentinel: bool, as_json: bool) -> N
     if sentinel:
         found = _sentinel(data_dir).url()
     else:
-        found = _cluster(data_dir).url() if cluster else _server(data_dir).url()
+        found = _cluster(data_dir).seeds_url() if cluster else _server(data_dir).url()
     if as_json:
         emit_json({"url": found})
     else:

@@ -26,7 +26,12 @@ from . import live, security
 from .routes import ROUTES
 from .web import Dash, render
 
-DOWN = (ConnectionError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+DOWN = (
+    ConnectionError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.RedisClusterException,  # a cluster client's own: no node answers, say
+)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,8 @@ private data directory, one shared password) with ``cluster-enabled yes``. The s
 evenly over the primaries, every node meets every other, each replica follows its primary,
 and ``start`` returns only once every node reports ``cluster_state:ok`` and every replica's
 link to its primary is up. It returns the URL of the first node; a cluster-aware client finds
-the others from it.
+the others from it. :meth:`EmbeddedCluster.seeds_url` names every node as a seed
+(``redis+cluster://``), so a client made from it starts while any node answers.
 
 Layout under the data directory (default ``./.emq/cluster``)::
 
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import redis
 
@@ -111,6 +113,7 @@ class EmbeddedCluster:
             "cluster-enabled yes",
             "cluster-config-file nodes.conf",
             f"cluster-node-timeout {self.node_timeout_ms}",
+            "repl-diskless-sync-delay 0",  # a replica (re)joining syncs at once, not after 5 s
         )
         if password:
             config += (f"masterauth {password}",)
@@ -184,6 +187,18 @@ class EmbeddedCluster:
     def url(self) -> str:
         """The first node's URL, password included (keep it out of logs)."""
         return self.nodes()[0].url()
+
+    def seeds_url(self, nodes: Iterable[int] | None = None) -> str:
+        """A ``redis+cluster://`` URL naming nodes ``nodes`` (indices, in that order; by
+        default every node) as its seeds, password included (keep it out of logs). A client
+        of it reaches the cluster while any one of them answers; they need not run now."""
+        servers = self.nodes()
+        ports = [servers[i]._state().get("port") for i in range(len(servers))]
+        picked = list(range(len(servers))) if nodes is None else list(nodes)
+        if not picked or any(not 0 <= i < len(servers) or ports[i] is None for i in picked):
+            raise ServerError(f"the local cluster in {self.data_dir} has not been started")
+        seeds = ",".join(f"127.0.0.1:{ports[i]}" for i in picked)
+        return f"redis+cluster://:{quote(self._password(), safe='')}@{seeds}/"
 
     def _client(self, node: EmbeddedServer) -> redis.Redis:
         return redis.Redis(

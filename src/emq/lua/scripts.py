@@ -41,7 +41,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import errors
@@ -60,7 +60,7 @@ from .compose import (
 
 RELOAD_FOR_S = 10.0  # how long a call keeps reloading its script through repeated flushes
 INCLUDES_DIR = "includes"  # lua/includes/<name>.lua: the functions scripts share
-LOST = (RedisConnectionError, RedisTimeoutError)  # redis-py's: the server is away
+LOST = (RedisConnectionError, RedisTimeoutError, RedisClusterException)  # the server is away
 QUIET_ARG = "maxlen"  # the ARGV set to 0 when a script is sent again at maxmemory: no events
 Args = list[str | int | float]
 
@@ -203,15 +203,15 @@ def _load_all() -> dict[str, Script]:
 LIBRARY: dict[str, Include] = _read_includes()
 SCRIPTS: dict[str, Script] = _load_all()
 
-
 # redis-py strips the error class from these replies and raises its own class instead
 _STRIPPED: tuple[tuple[type[ResponseError], str], ...] = (
     (redis.exceptions.OutOfMemoryError, "OOM"),
     (redis.exceptions.ReadOnlyError, "READONLY"),
     (redis.exceptions.NoPermissionError, "NOPERM"),
     (redis.exceptions.ExecAbortError, "EXECABORT"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),  # MASTERDOWN too: its subclass
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
 )
-
 
 _SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
 _CALLED = re.compile(r"redis\.call\('([A-Za-z]+)'")
@@ -271,7 +271,8 @@ def _reload_or_give_up(script: Script, started: float, exc: NoScriptError) -> No
 
 
 def unreachable(exc: Exception) -> EmqError:
-    """A lost connection, chained; a refused login (redis-py's is one) is AuthenticationFailed."""
+    """A lost connection, chained; a refused login (redis-py's is one) is AuthenticationFailed.
+    A cluster client's own error (no node answers; the slot map cannot be read) is one too."""
     err: EmqError = ServerUnreachable(f"the server could not be reached: {exc}")
     if isinstance(exc, redis.exceptions.AuthenticationError):
         err = errors.AuthenticationFailed(str(exc))

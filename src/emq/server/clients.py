@@ -5,11 +5,14 @@ pipeline to one node needs.
 
 * ``redis+sentinel://`` (or ``valkey+sentinel://``): the current primary of a Sentinel-watched
   service (:mod:`emq.server.sentinel`); after a failover the client finds the new primary itself.
-* any node of a Valkey/Redis Cluster: a cluster client (redis-py's ``RedisCluster``), which sends
-  each command, script call and pipeline to the node that owns its slot, follows ``MOVED`` and
-  ``ASK``, and relearns the slot map after a failover. Cluster mode is detected (``INFO
-  cluster``, once per URL per process) or set with ``?cluster=yes`` / ``?cluster=no`` in the
-  URL (needed only when the server cannot be reached at start).
+* ``redis+cluster://`` (``rediss+cluster://``) naming several seed nodes, or any one node of a
+  Valkey/Redis Cluster: a cluster client (redis-py's ``RedisCluster``), which reads the slot
+  map from the first seed that answers (redis-py tries them in turn, in random order, so a seed
+  that is down is passed over), sends each command, script call and pipeline to the node that
+  owns its slot, follows ``MOVED`` and ``ASK``, and relearns the slot map after a failover.
+  Once it has read the map it knows every node, not only the seeds. For a plain URL cluster
+  mode is detected (``INFO cluster``, once per URL per process) or set with ``?cluster=yes`` /
+  ``?cluster=no`` (needed only when the server cannot be reached at start).
 * anything else: a plain client, as before.
 
 Every emq key of a queue carries the hash tag ``{queue}``, so each script's keys lie in one slot
@@ -21,18 +24,20 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
-from ..errors import InvalidUrl, ServerRefused
+from ..errors import InvalidUrl, ServerRefused, ServerUnreachable
 from .packing import packed_in_c
-from .urls import check_url
+from .urls import CLUSTER_SCHEMES, check_url, parse_cluster_url, redact_url
 
 _MODE: dict[str, bool] = {}  # URL (without the switch) -> is a cluster node
 _LOCK = threading.Lock()
@@ -59,6 +64,37 @@ def is_sentinel(url: str) -> bool:
     return urlparse(url).scheme.endswith("+sentinel")
 
 
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` is a ``redis+cluster://`` URL (of one or more seed nodes)."""
+    return url.partition("://")[0] in CLUSTER_SCHEMES
+
+
+NO_NODE = "cannot be connected"  # redis-py's words when no node (no seed) of a cluster answers
+
+
+def cluster_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster client's "no node answers": every seed (or every node it
+    knew) refused the connection, hung up or timed out. redis-py raises it as a
+    ``RedisClusterException``, not a ``ConnectionError``; emq treats it as an unreachable
+    server. Not when the last node answered but refused (a login, the slot map)."""
+    if not isinstance(exc, RedisClusterException) or NO_NODE not in str(exc):
+        return False
+    last = exc.__cause__
+    lost = (redis.ConnectionError, redis.TimeoutError, OSError)
+    return last is None or (
+        isinstance(last, lost) and not isinstance(last, redis.AuthenticationError)
+    )
+
+
+def _seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The URL redis-py opens (one node's) and the other seeds: for a cluster URL its first
+    seed's URL and the rest; for any other URL the URL itself and none."""
+    if not is_cluster_url(url):
+        return url, []
+    parsed = parse_cluster_url(url)
+    return parsed.node_url, list(parsed.seeds[1:])
+
+
 def _detect(url: str, kwargs: dict[str, Any]) -> bool | None:
     """True if the server at ``url`` runs in cluster mode; None if it cannot be reached."""
     if urlparse(url).scheme == "unix":
@@ -83,7 +119,10 @@ def _detect(url: str, kwargs: dict[str, Any]) -> bool | None:
 
 
 def _target(url: str, kwargs: dict[str, Any]) -> tuple[str, bool]:
-    url, switch = _split_switch(check_url(url))
+    url = check_url(url)
+    if is_cluster_url(url):
+        return url, True
+    url, switch = _split_switch(url)
     if switch is not None or is_sentinel(url):
         return url, bool(switch)
     return url, bool(_detect(url, kwargs))
@@ -105,11 +144,46 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
 
         return sentinel.sync_client(url, **kwargs)
     if cluster:
+        node_url, others = _seeds(url)
+        seeds = [ClusterNode(host, port) for host, port in others]  # type: ignore[no-untyped-call]
         try:
-            return cast(redis.Redis, RedisCluster.from_url(url, **cluster_kwargs(kwargs)))
+            with no_node_is_unreachable(redact_url(url)):
+                made = RedisCluster.from_url(
+                    node_url, startup_nodes=seeds, **cluster_kwargs(kwargs)
+                )
         except RedisClusterException as exc:
-            raise _why_not(url, exc) from exc
+            raise _why_not(node_url, exc) from exc
+        return cast(redis.Redis, made)
     return redis.Redis.from_url(url, **kwargs)
+
+
+@contextlib.contextmanager
+def no_node_is_unreachable(shown: str = "") -> Iterator[None]:
+    """Raise a cluster client's "no node answers" as :class:`~emq.errors.ServerUnreachable`
+    (redis-py's error chained; ``shown``: the cluster's redacted URL, for the message)."""
+    try:
+        yield
+    except RedisClusterException as exc:
+        if cluster_unreachable(exc):
+            where, last = f" {shown}" if shown else "", exc.__cause__ or exc
+            raise ServerUnreachable(f"no node of the cluster{where} answers ({last})") from exc
+        raise
+
+
+def sync_cluster(seeds: list[tuple[str, int]], shown: str, **kwargs: Any) -> redis.Redis:
+    """A sync cluster client of ``seeds`` with ``kwargs`` (a copied client's settings); it
+    reads the slot map now: :class:`~emq.errors.ServerUnreachable` if no seed answers
+    (``shown``: the cluster as a log line names it)."""
+    nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
+    with no_node_is_unreachable(shown):
+        return cast(redis.Redis, RedisCluster(startup_nodes=nodes, **kwargs))
+
+
+def async_cluster(seeds: list[tuple[str, int]], **kwargs: Any) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`sync_cluster`; it reads the slot map at its first command."""
+    made = AsyncRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in seeds], **kwargs)
+    packed_in_c(made)
+    return cast(redis.asyncio.Redis, made)
 
 
 def _why_not(url: str, exc: RedisClusterException) -> Exception:
@@ -143,7 +217,9 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
 
         return sentinel.async_client(url, **kwargs)
     if cluster:
-        client = AsyncRedisCluster.from_url(url, **cluster_kwargs(kwargs))
+        node_url, others = _seeds(url)
+        seeds = [AsyncClusterNode(host, port) for host, port in others]
+        client = AsyncRedisCluster.from_url(node_url, startup_nodes=seeds, **cluster_kwargs(kwargs))
         packed_in_c(client)
         return cast(redis.asyncio.Redis, client)
     plain = redis.asyncio.Redis.from_url(url, **kwargs)
@@ -153,6 +229,12 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
 
 def is_cluster_client(client: object) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
+
+
+def known_nodes(client: Any) -> list[tuple[str, int]]:
+    """Every node a cluster client knows, as seeds for another client: its startup nodes,
+    which are every node of the slot map once it has read one."""
+    return [(n.host, int(n.port)) for n in client.nodes_manager.startup_nodes.values()]
 
 
 def pool_of(client: Any) -> object:
@@ -176,7 +258,8 @@ def node_client(client: Any, key: str) -> redis.Redis:
     cluster: Any = client  # redis-py's cluster methods are untyped
     node = cluster.get_node_from_key(key)
     if node is None or node.redis_connection is None:
-        cluster.nodes_manager.initialize()
+        with no_node_is_unreachable():
+            cluster.nodes_manager.initialize()
         node = cluster.get_node_from_key(key)
     return cast(redis.Redis, node.redis_connection)
 
@@ -191,7 +274,8 @@ async def anode_client(client: Any, key: str) -> redis.asyncio.Redis:
     client and closed by :func:`aclose_client`."""
     if not isinstance(client, AsyncRedisCluster):
         return cast(redis.asyncio.Redis, client)
-    await client.initialize()
+    with no_node_is_unreachable():
+        await client.initialize()
     node: Any = client.get_node_from_key(key)
     per_node = _NODES.setdefault(client, {})
     plain = per_node.get(node.name)
@@ -221,13 +305,13 @@ def relearn_slots(client: Any) -> None:
     """After a node stopped answering: read the slot map again (a replica may have taken
     over). A plain client needs nothing."""
     if isinstance(client, RedisCluster):
-        with contextlib.suppress(redis.RedisError, OSError):  # none answers: tried again later
+        with contextlib.suppress(redis.RedisError, RedisClusterException, OSError):  # none answers
             client.nodes_manager.initialize()
 
 
 async def arelearn_slots(client: Any) -> None:
     if isinstance(client, AsyncRedisCluster):
-        with contextlib.suppress(redis.RedisError, OSError):
+        with contextlib.suppress(redis.RedisError, RedisClusterException, OSError):
             await client.nodes_manager.initialize()
         for plain in _NODES.pop(client, {}).values():
             await plain.aclose()

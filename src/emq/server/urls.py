@@ -1,13 +1,14 @@
 """Server URLs, checked before anything connects: the schemes emq accepts (plain, TLS, unix
-sockets, the ``valkey://`` aliases and Sentinel's ``redis+sentinel://``), what is wrong with a
-URL that cannot work, and the URL as it may be shown (its passwords masked). No I/O.
+sockets, the ``valkey://`` aliases, a cluster's seeds in ``redis+cluster://`` and Sentinel's
+``redis+sentinel://``), what is wrong with a URL that cannot work, and the URL as it may be
+shown (its passwords masked). No I/O.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import ParseResult, parse_qs, parse_qsl, unquote, urlparse, urlsplit
+from urllib.parse import ParseResult, SplitResult, parse_qs, parse_qsl, unquote, urlparse, urlsplit
 
 from ..errors import InvalidUrl
 
@@ -94,6 +95,8 @@ def check_url(url: str) -> str:
         raise InvalidUrl("server URL is empty; expected e.g. redis://127.0.0.1:6379/0")
     if url.partition("://")[0] in SENTINEL_SCHEMES:
         return check_sentinel_url(url)
+    if url.partition("://")[0] in CLUSTER_SCHEMES:
+        return check_cluster_url(url)
     shown = redact_url(url)
     try:
         parsed = urlparse(url)
@@ -102,13 +105,18 @@ def check_url(url: str) -> str:
     if parsed.scheme not in URL_SCHEMES:
         raise InvalidUrl(
             f"server URL {shown!r} has scheme {parsed.scheme!r}; use one of "
-            + ", ".join(f"{s}://" for s in URL_SCHEMES)
+            + ", ".join(f"{s}://" for s in (*URL_SCHEMES, *CLUSTER_SCHEMES, *SENTINEL_SCHEMES))
         )
     if parsed.scheme == "unix":
         if not parsed.path:
             raise InvalidUrl(f"unix URL {shown!r} has no socket path; e.g. unix:///tmp/valkey.sock")
         _check_query(parsed, shown)
         return url
+    if "," in parsed.netloc.rpartition("@")[2]:
+        raise InvalidUrl(
+            f"server URL {shown!r} names several hosts: list a cluster's seed nodes in a "
+            f"redis+cluster:// URL (rediss+cluster:// with TLS), e.g. {CLUSTER_EXAMPLE}"
+        )
     try:
         port = parsed.port
     except ValueError:  # its text may be a misplaced password: not echoed
@@ -130,11 +138,12 @@ def check_url(url: str) -> str:
     return url
 
 
-def _check_query(parsed: ParseResult, shown: str) -> None:
+def _check_query(parsed: ParseResult | SplitResult, shown: str, *, cluster: bool = False) -> None:
     """Refuse a query option redis-py would pass on as an argument nobody takes (a
     ``TypeError`` deep in redis-py), or read wrong (a timeout ``abc``, a db ``x`` taken as 0).
-    Only the option's name is named, never its value (it may be a misplaced password)."""
-    tls = parsed.scheme in ("rediss", "valkeys")
+    Only the option's name is named, never its value (it may be a misplaced password).
+    ``cluster``: a ``redis+cluster://`` URL's query (no ``cluster`` switch, only db 0)."""
+    tls = parsed.scheme in ("rediss", "valkeys", "rediss+cluster", "valkeys+cluster")
     allowed = QUERY_OPTIONS | (TLS_OPTIONS if tls else {})
     if parsed.scheme == "unix":
         allowed = {k: v for k, v in allowed.items() if k != "socket_keepalive"}
@@ -142,13 +151,21 @@ def _check_query(parsed: ParseResult, shown: str) -> None:
     for name, value in parse_qsl(parsed.query, keep_blank_values=True):
         if name not in allowed:
             if name in TLS_OPTIONS:
-                hint = "it is a TLS option: use a rediss:// (or valkeys://) URL"
+                tls_url = "rediss+cluster://" if cluster else "rediss:// (or valkeys://)"
+                hint = f"it is a TLS option: use a {tls_url} URL"
             else:
                 hint = f"emq takes {', '.join(sorted(allowed))}"
             named = repr(name) if _OPTION_NAME.fullmatch(name) else "(not shown: not a name)"
             raise InvalidUrl(f"server URL {shown!r} has an unknown query option {named}; {hint}")
         if name in seen:
             raise InvalidUrl(f"server URL {shown!r} gives the query option {name!r} twice")
+        if cluster and name == "cluster":
+            raise InvalidUrl(
+                f"cluster URL {shown!r} has the query option 'cluster': its scheme already "
+                "says it is a cluster; drop the option"
+            )
+        if cluster and name == "db" and value != "0":
+            raise InvalidUrl(f"cluster URL {shown!r}: a cluster has only database 0 (db=0)")
         seen.add(name)
         kind = allowed[name]
         if not _valid(kind, value):
@@ -197,25 +214,29 @@ class SentinelUrl:
     sentinel_password: str | None
 
 
-def _host_port(text: str, shown: str) -> tuple[str, int]:
+def _host_port(text: str, shown: str, *, seed: bool = False) -> tuple[str, int]:
+    """One ``host[:port]`` (``[v6]:port``) of a sentinel URL's sentinels, or with ``seed`` of a
+    cluster URL's seeds; the port's text is never echoed (it may be a misplaced password)."""
+    kind, item = ("cluster", "seed") if seed else ("sentinel", "sentinel")
+    example = CLUSTER_EXAMPLE if seed else EXAMPLE
     if text.startswith("["):  # [::1]:26379
         host, close, rest = text[1:].partition("]")
         if not close or (rest and not rest.startswith(":")):
-            raise InvalidUrl(f"sentinel URL {shown!r} has a bad IPv6 address {text!r}")
+            raise InvalidUrl(f"{kind} URL {shown!r} has a bad IPv6 address {text!r}")
         port_text = rest[1:]
     else:
         host, _, port_text = text.partition(":")
     if not host:
         raise InvalidUrl(
-            f"sentinel URL {shown!r} has an empty sentinel address; list them as "
-            f"host:port,host:port, e.g. {EXAMPLE}"
+            f"{kind} URL {shown!r} has an empty {item} address; list them as "
+            f"host:port,host:port, e.g. {example}"
         )
     if not port_text:
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return host, SEED_PORT if seed else DEFAULT_PORT
+    if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise InvalidUrl(
-            f"sentinel URL {shown!r} has a bad port in {host!r}: expected an integer within 1-65535"
-        )  # the port's text is not echoed: it may be a misplaced password
+            f"{kind} URL {shown!r} has a bad port in {host!r}: expected an integer within 1-65535"
+        )
     return host, int(port_text)
 
 
@@ -289,3 +310,76 @@ def check_sentinel_url(url: str) -> str:
     if url.startswith("valkey+"):
         url = "redis+" + url[len("valkey+") :]
     return url
+
+
+CLUSTER_SCHEMES = {
+    "redis+cluster": "redis",
+    "rediss+cluster": "rediss",
+    "valkey+cluster": "redis",
+    "valkeys+cluster": "rediss",
+}
+"""A cluster URL's schemes, each with the scheme of one of its nodes."""
+SEED_PORT = 6379
+CLUSTER_EXAMPLE = "redis+cluster://:password@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000/"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    """A parsed cluster URL (holds its password: keep it out of logs). ``node_url`` is the
+    first seed's own ``redis://`` (``rediss://``) URL, with the user, password and query
+    options every seed shares; ``seeds`` are every seed's ``(host, port)``, in order."""
+
+    seeds: tuple[tuple[str, int], ...]
+    node_url: str
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """Parse ``redis+cluster://[user:password@]host[:port][,host[:port]...][/][?options]``
+    (``rediss+cluster://`` with TLS; ``valkey+cluster://``, ``valkeys+cluster://``), or raise
+    :class:`InvalidUrl` saying what to fix (the URL shown with its password redacted; the
+    text of a bad port never). A seed's port defaults to 6379; a seed given twice counts once."""
+    scheme = url.partition("://")[0]
+    schemes = _SCHEME.findall(url)
+    if len(schemes) > 1:  # the URL is not shown: a second user-info would not be masked
+        known = (*URL_SCHEMES, *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
+        named = ", ".join(f"{s}://" for s in schemes if s.lower() in known)
+        raise InvalidUrl(
+            f"a cluster URL names its scheme once, and this one names {named}: list the "
+            f"seeds after it as host:port,host:port, e.g. {CLUSTER_EXAMPLE}"
+        )
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidUrl(f"cluster URL {shown!r} cannot be parsed: {exc}") from None
+    if scheme not in CLUSTER_SCHEMES:
+        raise InvalidUrl(f"cluster URL {shown!r} has scheme {scheme!r}; use redis+cluster://")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "@" in url and not at:
+        raise InvalidUrl(
+            f"cluster URL {shown!r} cannot be read: percent-encode a '/', '?' or '#' in the "
+            "user or password (urllib.parse.quote(password, safe=''))"
+        )
+    if not hosts:
+        raise InvalidUrl(f"cluster URL {shown!r} names no seed node; e.g. {CLUSTER_EXAMPLE}")
+    seeds = tuple(dict.fromkeys(_host_port(h.strip(), shown, seed=True) for h in hosts.split(",")))
+    if parts.path not in ("", "/", "/0", "/0/"):  # its text may be a misplaced password
+        raise InvalidUrl(
+            f"cluster URL {shown!r}: after the seeds only / (or /0: a cluster has only "
+            f"database 0) may follow, e.g. {CLUSTER_EXAMPLE}"
+        )
+    _check_query(parts, shown, cluster=True)
+    host, port = seeds[0]
+    node = f"[{host}]" if ":" in host else host
+    query = f"?{parts.query}" if parts.query else ""
+    login = f"{userinfo}@" if at else ""
+    return ClusterUrl(seeds, f"{CLUSTER_SCHEMES[scheme]}://{login}{node}:{port}/0{query}")
+
+
+def check_cluster_url(url: str) -> str:
+    """Return the URL with its scheme as ``redis+cluster`` (``rediss+cluster`` with TLS), or
+    raise :class:`InvalidUrl` saying what to fix; the message never shows a password."""
+    parse_cluster_url(url)
+    scheme, sep, rest = url.partition("://")
+    return CLUSTER_SCHEMES[scheme] + "+cluster" + sep + rest

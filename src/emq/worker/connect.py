@@ -1,10 +1,10 @@
-"""Connections of a worker and what it does when the server goes away.
+"""What a worker does when the server goes away.
 
-A worker opens its own clients (never the caller's) with redis-py's automatic command retry
-turned off, so the worker alone decides what is safe to re-send: a claim is re-sent with the
-same request id (the server kept its reply for ``lease_ms``, so the same jobs come back), a
-complete or fail is re-sent and a refusal is then checked against the row (see
-``docs/worker.md``). :class:`Outage` logs once per outage and hands out jittered backoff.
+A worker's clients (:mod:`.connections`) have redis-py's automatic command retry turned off,
+so the worker alone decides what is safe to re-send: a claim is re-sent with the same request
+id (the server kept its reply for ``lease_ms``, so the same jobs come back), a complete or fail
+is re-sent and a refusal is then checked against the row (see ``docs/worker.md``).
+:class:`Outage` logs once per outage and hands out jittered backoff.
 """
 
 from __future__ import annotations
@@ -17,30 +17,17 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import redis
-import redis.asyncio
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.retry import Retry
+from redis.exceptions import RedisClusterException
 
 from ..errors import AuthenticationFailed, ScriptError, ServerRefused
 from ..lua.scripts import refusal
 from ..queue.shared import UNREACHABLE
-from ..server.clients import (
-    aclose_client,
-    adisconnect,
-    async_client,
-    is_cluster_client,
-    sync_client,
-)
+from ..server.clients import aclose_client, adisconnect, cluster_unreachable, is_cluster_client
 from ..server.durability import NotDurable
-from ..server.packing import packed_in_c
-from ..server.sentinel import url_of as sentinel_url_of
-from ..server.urls import check_url, redact_url
 from .log import event
 
 T = TypeVar("T")
@@ -50,119 +37,21 @@ OUTAGE_ERRORS = UNREACHABLE
 SERVER_ERRORS: tuple[type[BaseException], ...] = (
     *UNREACHABLE,
     redis.RedisError,
+    RedisClusterException,
     ServerRefused,
     ScriptError,
     NotDurable,
 )
 """Every error that comes from the server (unreachable, or refusing: OOM, BUSY, READONLY,
 NOPERM, a script cache flushed again and again; with ``durability="aof"``, an fsync not
-confirmed in time: the re-send waits for it again). A worker component retries through these
-with backoff; any other exception is a bug in emq or the worker stops (it exits non-zero)."""
+confirmed in time: the re-send waits for it again), and a cluster client's own (no node
+answers, the slot map cannot be read). A worker component retries through these with backoff;
+any other exception is a bug in emq or the worker stops (it exits non-zero)."""
 REFUSED_LOGIN = (AuthenticationFailed, redis.AuthenticationError)
 """A wrong or missing password: a refusal, although redis-py's is a ``ConnectionError``."""
 CANCEL_WAIT_S = 0.2
 """How long :func:`park` waits for a cancelled ``BLPOP`` to end (redis-py sometimes swallows
 the cancel of a blocking command: :func:`_end`)."""
-
-_COPIED = (
-    "host",
-    "port",
-    "db",
-    "username",
-    "password",
-    "path",
-    "client_name",
-    "credential_provider",
-    "ssl_keyfile",
-    "ssl_certfile",
-    "ssl_cert_reqs",
-    "ssl_ca_certs",
-    "ssl_ca_data",
-    "ssl_check_hostname",
-)
-
-
-class ClientFactory:
-    """Makes the worker's clients from a URL or from an existing client's settings."""
-
-    def __init__(self, *, url: str | None = None, like: Any = None) -> None:
-        if url is None and like is None:
-            raise ValueError("a URL or an existing client is required")
-        if url is None and (found := sentinel_url_of(like)) is not None:
-            url, like = found, None  # a sentinel client's own URL: the primary found anew
-        self.url = check_url(url) if url is not None else None
-        self.kwargs: dict[str, Any] = {}
-        self.scheme = "redis"
-        self.cluster = like is not None and is_cluster_client(like)
-        if like is not None and self.cluster:
-            # an asyncio cluster client that has sent no command yet has no default node:
-            # the node it was given is its first startup node
-            node = like.get_default_node() or next(iter(like.nodes_manager.startup_nodes.values()))
-            kwargs = (
-                getattr(like, "connection_kwargs", None) or like.nodes_manager.connection_kwargs
-            )
-            self.kwargs = {k: v for k, v in kwargs.items() if k in _COPIED}
-            self.kwargs |= {"host": node.host, "port": node.port}
-            self.kwargs.pop("db", None)
-        elif like is not None:
-            pool = like.connection_pool
-            self.kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
-            cls_name = pool.connection_class.__name__
-            ssl = "rediss" if "SSL" in cls_name else "redis"
-            self.scheme = "unix" if "Unix" in cls_name else ssl
-
-    @property
-    def shown_url(self) -> str:
-        """The server's URL for logs, its password redacted."""
-        if self.url is not None:
-            return redact_url(self.url)
-        if self.scheme == "unix":
-            return f"unix://{self.kwargs.get('path', '')}"
-        where = f"{self.kwargs.get('host', '')}:{self.kwargs.get('port', '')}"
-        user = self.kwargs.get("username") or ""
-        auth = f"{user}:***@" if self.kwargs.get("password") else (f"{user}@" if user else "")
-        return f"{self.scheme}://{auth}{where}/{self.kwargs.get('db', 0)}"
-
-    def _common(self, socket_timeout: float | None) -> dict[str, Any]:
-        return {
-            "decode_responses": True,
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": 5.0,
-            "health_check_interval": 0,
-        }
-
-    def sync(self, socket_timeout: float | None = 10.0) -> redis.Redis:
-        extra = self._common(socket_timeout) | {"retry": Retry(NoBackoff(), 0)}
-        if self.url is not None:
-            return sync_client(self.url, **extra)
-        if self.cluster:
-            return cast(redis.Redis, RedisCluster(**self.kwargs, **extra))
-        kwargs = dict(self.kwargs)
-        if self.scheme == "unix":
-            kwargs["unix_socket_path"] = kwargs.pop("path")
-        elif self.scheme == "rediss":
-            kwargs["ssl"] = True
-        return redis.Redis(**kwargs, **extra)
-
-    def asyncio(self, socket_timeout: float | None = 10.0) -> redis.asyncio.Redis:
-        from redis.asyncio.retry import Retry as AsyncRetry
-
-        extra = self._common(socket_timeout) | {"retry": AsyncRetry(NoBackoff(), 0)}
-        if self.url is not None:
-            return async_client(self.url, **extra)
-        if self.cluster:
-            cluster = AsyncRedisCluster(**self.kwargs, **extra)
-            packed_in_c(cluster)
-            return cast(redis.asyncio.Redis, cluster)
-        kwargs = dict(self.kwargs)
-        if self.scheme == "unix":
-            kwargs["unix_socket_path"] = kwargs.pop("path")
-        elif self.scheme == "rediss":
-            kwargs["ssl"] = True
-        client = redis.asyncio.Redis(**kwargs, **extra)
-        packed_in_c(client.connection_pool)
-        return client
-
 
 QUIET = 3
 
@@ -174,7 +63,7 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
         exc = refusal(exc)  # a raw reply from a plain command: said as emq says it
     if isinstance(exc, REFUSED_LOGIN):  # redis-py's is a ConnectionError: not an outage
         kind = "refused"
-    elif isinstance(exc, OUTAGE_ERRORS):
+    elif isinstance(exc, OUTAGE_ERRORS) or cluster_unreachable(exc):
         kind = "unreachable"
     elif isinstance(exc, ServerRefused | redis.ResponseError):
         kind = "refused"

@@ -22,7 +22,7 @@ import redis.asyncio
 
 from .. import __version__
 from ..observe import registry
-from .connect import OUTAGE_ERRORS, SERVER_ERRORS, Outage
+from .connect import SERVER_ERRORS, Outage, describe_error
 
 LEAVE_TIMEOUT_S = 2.0
 
@@ -74,7 +74,7 @@ class Presence:
         try:
             await registry.apublish(self.client, self.info(), self.ttl_ms)
         except SERVER_ERRORS as exc:
-            if not isinstance(exc, OUTAGE_ERRORS):  # unreachable: the claim loop says so
+            if describe_error(exc)[0] != "unreachable":  # unreachable: the claim loop says so
                 self.refusals.failed(exc, "registry")
             return
         self._written = True

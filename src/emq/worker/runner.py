@@ -34,7 +34,8 @@ from ..queue._async.queue import AsyncQueue
 from ..queue._sync.queue import Queue
 from ..server.clients import aclose_client, close_client
 from .cancels import Cancels
-from .connect import ClientFactory, Outage, close_blocking, first, park, retry
+from .connect import Outage, close_blocking, first, park, retry
+from .connections import Connections
 from .execute import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks, LogStarts, Outbox
@@ -56,7 +57,7 @@ TUNE_MAX_RTT_S = 1.0  # a claim slower than this (an outage, a re-send) does not
 class Runner:
     def __init__(
         self,
-        factory: ClientFactory,
+        conns: Connections,
         queues: dict[str, QueueOptions | None],
         handlers: dict[str, HandlerSpec],
         options: WorkerOptions,
@@ -67,16 +68,14 @@ class Runner:
         self.handlers = handlers
         self.stats = stats
         self.log = log
-        self.client = factory.asyncio(socket_timeout=10.0)
-        self.blocking = factory.asyncio(socket_timeout=o.poll_ms / 1000 + 10.0)
-        self.sync = factory.sync(socket_timeout=max(1.0, o.beat_ms / 1000))
+        self.client, self.blocking, self.sync = conns.client, conns.blocking, conns.sync
         self.queues: Sequence[AsyncQueue] = [
             AsyncQueue(self.client, n, options=opt) for n, opt in queues.items()
         ]
         self.loop = asyncio.get_running_loop()
         self.stop = asyncio.Event()
         self.crashed: tuple[str, BaseException] | None = None  # the first component to fail
-        self.server = factory.shown_url  # password redacted, for the log lines
+        self.server = conns.shown_url  # password redacted, for the log lines
         self.outage = Outage(log, self.server)
         soon = functools.partial(call_soon_from_thread, self.loop)  # from the heartbeat thread
         self.hb = Heartbeat(
@@ -93,7 +92,7 @@ class Runner:
         self.observe = Observer.of(o, handlers)  # None: no metrics endpoint, no tracing
         port = self.observe.port if self.observe is not None else 0
         self.presence = Presence(self.client, list(queues), o.concurrency,
-                                 lambda: self.jobs.busy, log, factory.shown_url, port)  # fmt: skip
+                                 lambda: self.jobs.busy, log, conns.shown_url, port)  # fmt: skip
         self.beat = Maintenance(self.queues, o, self.outage, self.report, self.presence)
         self.pool = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.room = asyncio.Event()  # set when a slot frees or an ack batch lands

@@ -27,7 +27,7 @@ from ..queue._sync.queue import Queue
 from ..server.durability import check_queues
 from ..server.urls import check_url
 from . import child
-from .connect import ClientFactory
+from .connections import ClientFactory
 from .options import Handler, HandlerSpec, TaskOptions, WorkerOptions, WorkerStats
 from .runner import Runner
 from .startup import first_read
@@ -261,18 +261,24 @@ class Worker:
             if self._stop_asked:
                 stop.set()
         try:  # a partitioned queue is served as its partitions
-            queues = await first_read(factory, self._queue_options(), stop, self.log,
-                                      wait=not self.options.burst,
-                                      signals=handle_signals and main_thread)  # fmt: skip
+            signals = handle_signals and main_thread
+            started = await first_read(
+                factory, self._queue_options(), self.options, stop, self.log, signals=signals
+            )
         finally:
             with self._lock:
                 self._starting = None
-        if queues is None:
+        if started is None:
             return  # stopped while it waited for the server: nothing was claimed
+        queues, conns = started
         for spec in self.handlers.values():  # a stopped child is killed after the cancel grace
             if spec.children is not None:
                 spec.children.grace_s = self.options.cancel_grace_ms / 1000
-        run = Runner(factory, queues, self.handlers, self.options, self.stats, self.log)
+        try:  # a metrics port in use, say: the connections are closed, not left to leak
+            run = Runner(conns, queues, self.handlers, self.options, self.stats, self.log)
+        except BaseException:
+            await conns.close()
+            raise
         with self._lock:
             self._runner = run
             if self._stop_asked:

@@ -1,11 +1,12 @@
-"""A run's first read of the server: the queues to serve, a partitioned one as its partitions.
+"""A run's start: its connections opened (on a cluster, each has read the slot map) and its
+first read of the server, the queues to serve (a partitioned one as its partitions).
 
 A long-running worker may start before its server (a supervisor that starts both at once, a
-server restarting): that read waits for the server as every later call rides out an outage
-(logged once, jittered backoff, a stop or SIGTERM meanwhile ends the run cleanly). A burst
-run fails at once with the error, as a one-off command does. A refused login (a wrong
-password, :class:`~emq.errors.AuthenticationFailed`) or a missing permission does not pass
-by itself: it is raised at once either way.
+server restarting, a cluster none of whose seeds answers yet): the start waits for the server
+as every later call rides out an outage (logged once, jittered backoff, a stop or SIGTERM
+meanwhile ends the run cleanly). A burst run fails at once with the error, as a one-off
+command does. A refused login (a wrong password, :class:`~emq.errors.AuthenticationFailed`)
+or a missing permission does not pass by itself: it is raised at once either way.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import RedisClusterException
-
 from ..errors import ServerRefused
 from ..model.config import QueueOptions
 from ..queue._async.partition_count import expand_queues
-from ..server.clients import aclose_client
-from .connect import OUTAGE_ERRORS, REFUSED_LOGIN, ClientFactory, Outage, nap
+from ..server.clients import cluster_unreachable
+from .connect import OUTAGE_ERRORS, REFUSED_LOGIN, Outage, nap
+from .connections import ClientFactory, Connections, open_connections
 from .log import event
+from .options import WorkerOptions
 from .runner import SIGNALS
 
 T = TypeVar("T")
@@ -37,7 +38,7 @@ def not_up_yet(exc: BaseException) -> bool:
     whose nodes answers or that does not serve every slot yet. A refused login is not."""
     if isinstance(exc, REFUSED_LOGIN):
         return False
-    if isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc):
+    if cluster_unreachable(exc):
         return True
     if isinstance(exc, ServerRefused):
         return exc.reason in NOT_UP_YET
@@ -68,22 +69,25 @@ async def reach(
 async def first_read(
     factory: ClientFactory,
     queues: dict[str, QueueOptions | None],
+    options: WorkerOptions,
     stop: asyncio.Event,
     log: logging.Logger,
     *,
-    wait: bool,
     signals: bool,
-) -> dict[str, QueueOptions | None] | None:
-    """The queues a run serves (:func:`~emq.queue._async.partition_count.expand_queues`),
-    read through :func:`reach`; None once stopped while waiting for the server. With
-    ``signals`` (the main thread), SIGTERM/SIGINT set ``stop`` meanwhile."""
+) -> tuple[dict[str, QueueOptions | None], Connections] | None:
+    """The run's connections (:func:`~.connections.open_connections`) and the queues it
+    serves (:func:`~emq.queue._async.partition_count.expand_queues`), both through
+    :func:`reach` (waiting for the server unless ``options.burst``); None once stopped while
+    waiting for it. With ``signals`` (the main thread), SIGTERM/SIGINT set ``stop``
+    meanwhile."""
 
-    async def read() -> dict[str, QueueOptions | None]:
-        client = factory.asyncio()  # made anew each try: a cluster is detected once it answers
-        try:
-            return await expand_queues(client, queues)
-        finally:
-            await aclose_client(client)
+    async def read() -> tuple[dict[str, QueueOptions | None], Connections]:
+        conns = await open_connections(factory, options)  # made anew each try: a cluster is
+        try:  # detected once it answers, and each client reads the slot map that answers
+            return await expand_queues(conns.client, queues), conns
+        except BaseException:
+            await conns.close()
+            raise
 
     def on_signal(sig: signal.Signals) -> None:
         event(log, "info", "stopping gracefully", "stopping", signal=sig.name)
@@ -94,6 +98,7 @@ async def first_read(
         for sig in SIGNALS:
             loop.add_signal_handler(sig, on_signal, sig)
     try:
+        wait = not options.burst
         return await reach(Outage(log, factory.shown_url), read, stop, wait=wait)
     finally:
         if signals:
