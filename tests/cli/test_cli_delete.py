@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from emq import Queue
 from emq.cli.main import cli
 from emq.model.keys import KNOWN_QUEUES
-from emq.server.discovery import queue_names
+from emq.server.discovery import SCANNED, queue_names
 
 from ..support.helpers import assert_consistent
 
@@ -66,6 +66,7 @@ def test_obliterate_off_a_terminal_needs_yes_then_forgets_the_queue(
 def test_obliterate_with_leased_jobs_needs_force(
     url: str, qname: str, queue: Queue, client: redis.Redis
 ) -> None:
+    client.srem(KNOWN_QUEUES, SCANNED)  # the next listing scans the keys for older queues
     queue.enqueue_many([("a", 1), ("b", 2)])
     queue.claim(1, lease_ms=60_000)
     code, out = run("obliterate", qname, "--yes", "--url", url)

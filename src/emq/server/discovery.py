@@ -49,9 +49,16 @@ def _scanned(members: Iterable[str | bytes]) -> bool:
     return any(_text(m) == SCANNED for m in members)
 
 
+_MARKS = ("admitted:", "claim:")  # a resent call's marks: they expire by themselves, and one
+# left by an obliterated queue's last calls does not make it a queue again
+
+
 def _queue_of(key: str | bytes) -> str | None:
-    m = _QUEUE_OF_KEY.match(_text(key))
-    return m[1] if m else None
+    text = _text(key)
+    m = _QUEUE_OF_KEY.match(text)
+    if not m or text[m.end() :].startswith(_MARKS):
+        return None
+    return m[1]
 
 
 def queue_names(client: redis.Redis) -> list[str]:
