@@ -174,3 +174,17 @@ def test_upgrade_is_refused_while_an_older_worker_serves_the_queue(
     finally:
         client.delete(worker_key(entry["id"]))
         client.zrem(WORKERS, entry["id"])
+
+
+def test_free_text_never_splits_an_entry(queue: Queue) -> None:
+    """An error message holding the separators that join an entry's events is stored with them
+    written out; a cancel reason holding one is refused before anything is written."""
+    queue.enqueue_many([("send", None), ("send", None)])
+    held = queue.claim(count=2, lease_ms=60_000)
+    queue.fail_many([(j.id, j.token, "bad\x1erecord\x1funit", False, None) for j in held])
+    dead = [e for e in queue.events() if e.event == "dead"]
+    assert [e.job for e in dead] == [j.id for j in held]
+    assert {e.fields["error"] for e in dead} == {"bad\\x1erecord\\x1funit"}
+    with pytest.raises(EmqError, match="record or unit separator"):
+        queue.cancel(queue.enqueue("send"), reason="no\x1e")
+    assert [e.event for e in queue.events()][-1] == "enqueued"

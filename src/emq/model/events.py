@@ -7,11 +7,15 @@ every other field per name (``docs/events.md`` is the prose form, and a test che
 against the ``emit(...)`` calls of every ``lua/*.lua`` and ``lua/includes/*.lua`` file).
 
 One stream entry holds one event, or (a queue in keyspace layout 2) every event of one script
-call: fields ``n`` (how many) and ``e`` (a JSON array of ``[name, job or "", field, value,
-...]``). The script moves the stream's last id on by ``n - 1``, so the i-th event (from 0) of
-an entry ``<ms>-<seq>`` has the position ``<ms>-<seq + i>``, below the next entry's id:
-every reader expands an entry into its events (:func:`expand`), and an :class:`Event`'s ``id``
-is its position, which orders, resumes and deduplicates like a stream id.
+call: fields ``n`` (how many) and ``e``: per event its name, then its field, value pairs
+(``job`` first), joined by the unit separator U+001F, the events joined by the record separator
+U+001E. No value holds either: names, ids and numbers cannot, JSON text (payloads, progress)
+escapes them, and free text (errors, cancel reasons) is cleaned of them before it is sent
+(:data:`SEPARATORS`; ``emq.calls.call.clean_text``). The script moves the stream's last id on by
+``n - 1``, so the i-th event (from 0) of an entry ``<ms>-<seq>`` has the position ``<ms>-<seq +
+i>``, below the next entry's id: every reader expands an entry into its events (:func:`expand`),
+and an :class:`Event`'s ``id`` is its position, which orders, resumes and deduplicates like a
+stream id.
 
 The readers of the stream are in :mod:`emq.queue._async.stream` (and its sync twin); what
 they decode is here.
@@ -124,15 +128,7 @@ class Event:
         return cls(entry_id, name, job, cast(dict[str, str], json.loads(fields_json)))
 
 
-def _text(value: object) -> str:
-    """A JSON value as the script's ``XADD`` would have written it (Lua's ``%.14g``)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None:
-        return "" if not value else "1"
-    if isinstance(value, float) and not value.is_integer():
-        return format(value, ".14g")
-    return str(int(cast(float, value)))
+SEPARATORS = ("\x1e", "\x1f")  # between the events of an entry, between an event's parts
 
 
 def is_batch(entry: Mapping[str, str]) -> bool:
@@ -140,15 +136,22 @@ def is_batch(entry: Mapping[str, str]) -> bool:
 
 
 def expand(entry_id: str, entry: Mapping[str, str]) -> list[Event]:
-    """The events of one stream entry, in order, each at its position (the module's doc)."""
+    """The events of one stream entry, in order, each at its position (the module's doc). An
+    entry that does not hold what its ``n`` says is one ``unreadable`` event, never an error."""
     if not is_batch(entry):
         return [Event.from_entry(entry_id, entry)]
     ms, seq = parse_id(entry_id)
     out = []
-    for i, item in enumerate(cast(list[list[Any]], json.loads(entry["e"]))):
-        name, job, *rest = item
-        fields = {str(k): _text(v) for k, v in zip(rest[::2], rest[1::2], strict=True)}
-        out.append(Event(format_id(ms, seq + i), str(name), str(job) or None, fields))
+    records = entry["e"].split(SEPARATORS[0])
+    for i, record in enumerate(records):
+        name, *rest = record.split(SEPARATORS[1])
+        if len(rest) % 2:
+            break
+        fields = dict(zip(rest[::2], rest[1::2], strict=True))
+        job = fields.pop("job", None)
+        out.append(Event(format_id(ms, seq + i), name, job, fields))
+    if len(out) != len(records) or str(len(records)) != entry["n"]:
+        return [Event(entry_id, "unreadable", None, {"n": entry["n"], "e": entry["e"][:200]})]
     return out
 
 

@@ -9,8 +9,11 @@
 --                       written by finish as one entry per call
 -- finish(reply)         writes what the lane helpers gathered (lanes_flush), then (layout 2)
 --                       the call's events as one entry: the event's own fields when there is
---                       one, else 'n' (the count) and 'e' (a JSON array of [name, job or '',
---                       field, value, ...] per event), with the stream's last id moved on to
+--                       one, else 'n' (the count) and 'e': per event its name, then its
+--                       field, value pairs ('job' first), joined by the unit separator \31,
+--                       the events joined by the record separator \30 (no value holds
+--                       either: free text is cleaned of them before it is sent,
+--                       emq.model.events), with the stream's last id moved on to
 --                       id + n - 1 (XSETID) so event i has the position <ms>-<seq + i - 1>
 --                       and the next entry starts above them all; then trims once per call;
 --                       returns reply
@@ -36,12 +39,10 @@ local function ev_append()  -- layout 2: the call's events as one entry; returns
     redis.call('XADD', ev_key, '*', unpack(ev_batch[1]))
   elseif n > 1 then
     local packed = {}
-    for i, e in ipairs(ev_batch) do
-      local job, from = '', 3  -- e: 'event', name, ['job', id,] field, value, ...
-      if e[3] == 'job' then job, from = e[4], 5 end
-      packed[i] = {e[2], job, unpack(e, from)}
+    for i, e in ipairs(ev_batch) do  -- e: 'event', name, then field, value, ... ('job' first)
+      packed[i] = table.concat(e, '\31', 2)
     end
-    local id = redis.call('XADD', ev_key, '*', 'n', n, 'e', cjson.encode(packed))
+    local id = redis.call('XADD', ev_key, '*', 'n', n, 'e', table.concat(packed, '\30'))
     local ms, seq = string.match(id, '^(%d+)-(%d+)$')
     redis.call('XSETID', ev_key, ms .. '-' .. string.format('%.0f', tonumber(seq) + n - 1))
   end
