@@ -1,14 +1,15 @@
-"""The README's code runs: its two Python examples are executed against a real server, with
-the placeholders (an SMTP call, the server URL, the queue name) filled in."""
+"""What the README's first two examples promise, beyond running (tests/docs runs every block):
+the Ten lines run one job as a script and only define the worker when imported; the
+primitives complete one job and schedule the retry of another. Each runs on its own queue,
+with the placeholders (an SMTP call, the server URL, the queue name) filled in."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
-BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+from tests.support.docs import ROOT, python_blocks
+
+BLOCKS = python_blocks(ROOT / "README.md")
 
 
 def _fill(code: str, url: str, qname: str) -> str:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 HANG = 60.0  # waits poll for a condition: this only bounds a hang, never a speed
+QUIET_S = 7.0  # a quiet spell past XREAD BLOCK's 5 s and redis-py's 5 s default read timeout
 
 
 def _emit_calls(source: str) -> list[list[str]]:
@@ -231,3 +232,39 @@ def test_cli_events_tail_prints_lines_and_json(url: str, queue: Queue) -> None:
     assert [r["job"] for r in rows] == ids and rows[0]["fields"]["name"] == "mail"
     out = runner.invoke(cli, ["events", "tail", queue.name, "--url", url, "-n", "1"])
     assert out.exit_code == 0 and len(out.output.splitlines()) == 1 and ids[2] in out.output
+
+
+# -- a follower of a quiet stream keeps waiting ------------------------------------------------
+
+
+@pytest.mark.servers("valkey", "redis")
+async def test_an_async_queue_has_no_read_timeout_unless_its_url_sets_one(
+    url: str, qname: str
+) -> None:
+    """redis-py 8's asyncio client gives up on any read after 5 s by default, so an idle
+    ``events(follow=True)`` (one ``XREAD BLOCK 5000`` after another) ended in a TimeoutError;
+    emq's clients wait as long as a blocking read asked, as its cluster clients do."""
+    for given, expected in (("", None), ("?socket_timeout=7.5", 7.5)):
+        aq = AsyncQueue.from_url(url + given, qname)
+        try:
+            conn = await aq.client.connection_pool.get_connection()
+            assert conn.socket_timeout == expected
+            await aq.client.connection_pool.release(conn)
+        finally:
+            await aq.close()
+
+
+@pytest.mark.slow  # waits past redis-py's default read timeout
+async def test_a_follower_of_a_quiet_stream_keeps_waiting(url: str, queue: Queue) -> None:
+    aq = AsyncQueue.from_url(url, queue.name)
+    try:
+        stream = aq.events("$", follow=True)
+        nxt = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(QUIET_S)  # longer than one XREAD BLOCK and any default timeout
+        assert not nxt.done(), nxt
+        queue.enqueue("after", None)
+        e = await asyncio.wait_for(nxt, HANG)
+        assert (e.event, e.fields["name"]) == ("enqueued", "after")
+        await stream.aclose()
+    finally:
+        await aq.close()

@@ -7,7 +7,6 @@ Most inner runs share the suite's Valkey through ``--emq-url`` on a database of 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -15,6 +14,7 @@ import pytest
 import redis
 
 from emq.testing.plugin import worker_url
+from tests.support.docs import block_after
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.servers("valkey")
@@ -29,11 +29,7 @@ asyncio_default_fixture_loop_scope = function
 
 def example() -> str:
     """The example test file of docs/testing.md (the python block after its marker)."""
-    text = (ROOT / "docs" / "testing.md").read_text()
-    after = text.split("<!-- example: test_signup.py -->", 1)[1]
-    found = re.search(r"```python\n(.*?)```", after, re.S)
-    assert found is not None
-    return found.group(1)
+    return block_after(ROOT / "docs" / "testing.md", "<!-- example: test_signup.py -->")
 
 
 @pytest.fixture

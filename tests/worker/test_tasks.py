@@ -6,8 +6,6 @@ fails its job with no retry; the context, ``using()``, async tasks and direct ca
 from __future__ import annotations
 
 import dataclasses
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from emq import (
     WorkerOptions,
     chain,
 )
+from tests.support.docs import ROOT, python_blocks
 
 BURST = WorkerOptions(burst=True, concurrency=2)
 
@@ -333,8 +332,7 @@ def test_tasks_that_cannot_be_made_are_refused_at_once(qname: str) -> None:
 
 
 def test_the_docs_first_example_runs(url: str, qname: str, queue: Queue) -> None:
-    text = (Path(__file__).parents[2] / "docs" / "tasks.md").read_text()
-    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    code = python_blocks(ROOT / "docs" / "tasks.md")[0]
     code = code.replace("redis://127.0.0.1:6379/0", url).replace('"emails"', repr(qname))
     sent: list[tuple[str, str]] = []
 

@@ -132,7 +132,11 @@ def _why_not(url: str, exc: RedisClusterException) -> Exception:
 
 
 def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
-    """The asyncio client for ``url`` (see the module doc)."""
+    """The asyncio client for ``url`` (see the module doc). It has no read timeout unless
+    ``kwargs`` or the URL's ``socket_timeout`` set one, as redis-py's sync client: its asyncio
+    client gives up on any read after 5 s, which would end a blocking read (``XREAD BLOCK``,
+    ``BLPOP``) that asked to wait longer."""
+    kwargs = {"socket_timeout": None} | kwargs
     url, cluster = _target(url, kwargs)
     if is_sentinel(url):
         from . import sentinel
