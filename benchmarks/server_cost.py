@@ -18,8 +18,10 @@ unless ``--aof``) and, in each round, on a flushed server, reads ``INFO cpu``
   the server's cost per round trip (reading, the event loop's turn, the write) is spread
   over more calls.
 
-The lifecycle is enqueue + claim + complete. Each round also runs it once more on a queue
-with events off (``events_maxlen=0``), to show what the per-job stream entries cost.
+The lifecycle is enqueue + claim + complete, on a queue this emq makes (keyspace layout 2:
+one stream entry per script call). Each round also runs it once more on a queue in layout 1
+(one entry per event, as before ``emq upgrade``) and on one with events off
+(``events_maxlen=0``), to show what the stream entries cost.
 Printed: the server's microseconds per job for each step and the lifecycle, per call for the
 trivial EVALSHA, their ratio (the target: a whole lifecycle costs the server at most 10x one
 trivial EVALSHA), and the commands the scripts ran (calls and microseconds per job, from
@@ -142,7 +144,7 @@ def script_us(d: dict[str, Any]) -> float:
 def report(rounds: list[dict[str, Any]], args: argparse.Namespace, server: str) -> list[str]:
     trivials = {"trivial": args.batch, "trivial_deep": args.deep}
     for r in rounds:
-        for step in (*STEPS, "lifecycle", "no_events", *trivials):
+        for step in (*STEPS, "lifecycle", "layout_1", "no_events", *trivials):
             r[step]["script_us"] = script_us(r[step])
     out = [
         f"server: {server}, {args.jobs:,} jobs, batch {args.batch}, {len(rounds)} rounds, "
@@ -152,8 +154,11 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace, server: str) 
         "| inside the scripts, commandstats (us per job) |",
         "|---|---:|---:|---:|",
     ]
-    for step in (*STEPS, "lifecycle", "no_events", *trivials):
-        label = "lifecycle with events off" if step == "no_events" else step
+    for step in (*STEPS, "lifecycle", "layout_1", "no_events", *trivials):
+        label = {
+            "no_events": "lifecycle with events off",
+            "layout_1": "lifecycle in keyspace layout 1 (an entry per event)",
+        }.get(step, step)
         if step in trivials:
             label = f"trivial EVALSHA `return 1`, pipelined {trivials[step]:,} deep (per call)"
         out.append(
@@ -222,6 +227,10 @@ def main() -> None:
                 if side == "life":
                     r |= lifecycle(q, args.jobs, args.batch)
                     r["no_events"] = lifecycle(quiet, args.jobs, args.batch)["lifecycle"]
+                    old = Queue.from_url(url, f"layout1-{i}")
+                    client.hset(old.core.keys.meta, "layout", "1")  # as an older emq made it
+                    r["layout_1"] = lifecycle(old, args.jobs, args.batch)["lifecycle"]
+                    old.close()
                 else:
                     r["trivial"] = trivial(client, args.jobs, args.batch)
                     r["trivial_deep"] = trivial(client, args.jobs, args.deep)

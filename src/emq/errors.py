@@ -194,7 +194,7 @@ def layout_too_new(detail: str) -> LayoutTooNew:
     queue = prefix.removeprefix("emq:{").removesuffix("}:")
     return LayoutTooNew(
         f"queue {queue!r} is in keyspace layout {stored}, written by a newer emq; this emq "
-        f"reads and writes layout {mine} only and changed nothing: upgrade emq in every "
+        f"reads and writes layouts 1 to {mine} only and changed nothing: upgrade emq in every "
         f"process that serves the queue (docs/keyspace.md, Layout versions)"
     )
 

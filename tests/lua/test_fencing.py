@@ -95,5 +95,5 @@ def test_batch_calls_report_lost_per_job(queue: Queue, client: redis.Redis) -> N
     ca, cb = queue.claim(count=2)
     expire_leases(client, queue.name, a)
     assert queue.complete_many([(a, ca.token), (b, cb.token)]) == [Answer.LOST, Answer.COMPLETED]
-    events = [f["event"] for _, f in client.xrange(queue.core.keys.events)]
+    events = [e.event for e in queue.events()]
     assert events[-2:] == ["lease_lost", "completed"]

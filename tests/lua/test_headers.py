@@ -14,7 +14,7 @@ from emq.calls.control import cancel_call
 from emq.calls.flows import deliver_call, flow_plan, flow_steps
 from emq.calls.jobs import QueueCore, node_lease
 from emq.calls.results import await_result
-from emq.calls.settings import settings_call
+from emq.calls.settings import settings_call, upgrade
 from emq.lua.compose import flags_of
 from emq.lua.scripts import SCRIPTS, parse_header, quiet
 from emq.model.records import JobSpec
@@ -67,6 +67,7 @@ SAMPLES = {
     "due_repeats": rep.due_repeats(core),
     "fire_repeats": rep.fire_repeats(core, [("a", "1", 5, 5, 9, 0), ("b", "2", 5, 7, 9, 1)]),
     "settings": settings_call(core.keys, "set", {"max_attempts": "5", "result_ttl_ms": "9"}),
+    "upgrade": upgrade(core.keys),
 }
 
 

@@ -180,7 +180,7 @@ def test_claim_and_promote_move_due_jobs_alike(url: str, qname: str, client: red
                 claims = q.claim(count=10, lease_ms=60_000)
                 assert sorted(c.id for c in claims) == sorted([due, laned])
                 assert claims.missing == [gone]
-            events = [(f["event"], f["job"], f.get("from")) for _, f in client.xrange(k.events)]
+            events = [(e.event, e.job, e.fields.get("from")) for e in q.events()]
             assert [e for e in events if e[0] in ("promoted", "missing")] == [
                 ("promoted", due, None), ("promoted", laned, None), ("missing", gone, "schedule")
             ]  # fmt: skip

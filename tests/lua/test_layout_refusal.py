@@ -57,7 +57,7 @@ def test_every_script_refuses_a_newer_layout_and_writes_nothing(
     try:
         before = newer(client, q)
         with pytest.raises(
-            LayoutTooNew, match=rf"queue '{queue}' is in keyspace layout 2.*upgrade"
+            LayoutTooNew, match=rf"queue '{queue}' is in keyspace layout {LAYOUT + 1}.*upgrade"
         ):
             run(q.client, call.script, call.keys, call.args)
         assert keyspace(client, q.core.keys.prefix) == before
@@ -106,7 +106,7 @@ def test_the_command_line_and_the_worker_say_it_in_one_line(
         result = CliRunner().invoke(cli, [*argv, "--url", url])
         told = [line for line in result.output.splitlines() if not line.startswith("{")]
         assert result.exit_code == 2 and len(told) == 1, (argv, result.output)  # logs aside
-        assert told[0].startswith("error: ") and "keyspace layout 2" in told[0], told
+        assert told[0].startswith("error: ") and f"keyspace layout {LAYOUT + 1}" in told[0], told
         assert "upgrade emq" in told[0] and "Traceback" not in result.output
     assert keyspace(client, q.core.keys.prefix) == before
     q.close()

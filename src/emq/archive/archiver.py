@@ -13,7 +13,9 @@ One cycle, in this order (each step is a named pause point for tests, see ``Hook
    them has its ``ctx.log`` lines (``logs:<id>``, read between steps 1 and 2) copied into the
    floor's ``job_logs`` in the same transaction, replacing what an earlier end copied.
 3. ``cached``: ``SET events:archived W`` for other readers (it never runs ahead of the floor).
-4. ``trimmed``: ``XTRIM events MINID W`` (exact), inside ``WATCH``/``MULTI`` on the lease.
+4. ``trimmed``: ``XTRIM events MINID W`` (exact), inside ``WATCH``/``MULTI`` on the lease;
+   when W lies inside an entry of several events (keyspace layout 2), at that entry's id, so
+   the entry is kept whole. ``trimmed`` counts entries, not events.
 
 Why ``MINID`` at W and never ``MAXLEN``: ``MINID W`` removes exactly the ids below W, all of
 which are in the floor, whatever was appended since the read; a ``MAXLEN`` trim after a read
@@ -44,7 +46,7 @@ import redis
 
 from ..calls.logs import MAX_LINES, JobLog, decode_logs
 from ..errors import EmqError, ScriptError, ServerRefused, ServerUnreachable
-from ..model.events import READ_CHUNK, Event, parse_id
+from ..model.events import READ_CHUNK, Event, last_id, parse_id
 from ..queue._sync.queue import Queue
 from ..queue._sync.stream import read_range
 from .floor import Floor, default_path
@@ -218,7 +220,17 @@ class Archive:
             return (w, first_id)
         return None
 
+    def _trim_point(self, w: str) -> str:
+        """The id of the entry that holds W: W itself, or below it when that entry holds
+        several events (one call's, keyspace layout 2). ``MINID`` there keeps the entry whole:
+        it is the witness of continuity, and it may hold events above W not yet folded."""
+        held = cast(list[Any], self.client.xrevrange(self.keys.events, w, "-", count=1))
+        if held and parse_id(last_id(held)) >= parse_id(w):
+            return str(held[0][0])
+        return w
+
     def _trim(self, w: str) -> int:
+        w = self._trim_point(w)
         lk = self.keys.events_archiver
         me = self.floor.floor_id
         with self.client.pipeline(transaction=True) as p:

@@ -72,8 +72,12 @@ def check_text(what: str, value: object, most: int) -> str:
 
 def clean_text(value: object, most: int) -> str:
     """``str(value)`` cut to ``most`` characters, with any lone surrogate written as a
-    backslash escape: free text (an error message) is kept, never refused."""
+    backslash escape, and the record and unit separators (U+001E, U+001F, which join the events
+    of a stream entry: emq.model.events) as ``\\x1e`` and ``\\x1f``: free text (an error
+    message) is kept, never refused."""
     text = str(value)[:most]
+    if "\x1e" in text or "\x1f" in text:
+        text = text.replace("\x1e", "\\x1e").replace("\x1f", "\\x1f")
     return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 

@@ -64,9 +64,15 @@ _CANCELS = {c.value: c for c in Cancel}
 
 def check_reason(reason: object) -> str:
     """A cancel's reason: a string (may be empty) of at most :data:`MAX_REASON` characters
-    that encodes as UTF-8, or :class:`~emq.errors.InvalidOption` saying what to fix."""
+    that encodes as UTF-8 and holds no record or unit separator, or
+    :class:`~emq.errors.InvalidOption` saying what to fix."""
     if not isinstance(reason, str):
         raise InvalidOption(f"reason must be a string (may be empty), got {shown(reason)}")
+    if "\x1e" in reason or "\x1f" in reason:
+        raise InvalidOption(
+            "reason must not hold the record or unit separator (U+001E, U+001F): they join "
+            "the events of a stream entry"
+        )
     return check_text("reason", reason, MAX_REASON) if reason else reason
 
 

@@ -119,3 +119,9 @@ def settings_call(keys: QueueKeys, mode: str, fields: dict[str, str]) -> Call[di
 
 def _pairs(reply: list[str]) -> dict[str, str]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
+def upgrade(keys: QueueKeys) -> Call[tuple[int, int]]:
+    """Move the queue to the newest keyspace layout in one step (``upgrade.lua``); the reply
+    is (the layout before, the layout after)."""
+    return Call("upgrade", [keys.meta], [keys.prefix], lambda r: (int(r[0]), int(r[1])))

@@ -15,7 +15,7 @@ import click
 
 from ..archive import Archive, Floor, Target, Totals, default_path, open_target, restore, ship
 from ..errors import InvalidOption
-from ..model.events import Event
+from ..model.events import Event, entries
 from .common import emit_json, json_option, one_line, open_queue, row, say, show, table, url_option
 
 
@@ -113,9 +113,10 @@ def tail(
     try:
         if after is None:
             recent = cast(list[Any], q.client.xrevrange(q.core.keys.events, count=max(last, 1)))
-            for i, f in reversed(recent[:last]):
-                _print(Event.from_entry(i, f), as_json, full)
-            after = str(recent[0][0]) if recent else "0-0"
+            shown = entries(list(reversed(recent)))  # an entry may hold several events
+            for e in shown[len(shown) - last :] if last else []:
+                _print(e, as_json, full)
+            after = shown[-1].id if shown else "0-0"
         for e in q.events(after, follow=follow):
             _print(e, as_json, full)
     except KeyboardInterrupt:

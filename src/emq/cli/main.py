@@ -113,6 +113,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "queues",
         "Recover expired leases on QUEUE (to pending, or dead past --max-stalled).",
     ),
+    "upgrade": (
+        "settings",
+        "Move QUEUE to this emq's newest keyspace layout, in one step (docs: keyspace.md, "
+        "Layout versions).",
+    ),
     "worker": (
         "worker",
         "Run the Worker, Tasks or handlers mapping at MODULE:ATTR until SIGTERM/SIGINT.",

@@ -1,5 +1,6 @@
 """``emq configure``: the settings stored with a queue (docs/control.md, Queue settings),
-which every process that serves the queue uses: shown, or changed for all of them."""
+which every process that serves the queue uses: shown, or changed for all of them; and
+``emq upgrade``: the queue moved to this emq's newest keyspace layout (docs/keyspace.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidOption
+from ..errors import InvalidOption, WrongState
+from ..model.layout import LAYOUT
+from ..observe.registry import list_workers
 from .common import emit_json, json_option, open_queue, say, url_option
 
 
@@ -78,5 +81,40 @@ def configure(
     say(f"{queue} settings: " + " ".join(f"{k}={v}" for k, v in stored.items()))
 
 
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Upgrade although a live worker of an older emq serves QUEUE (it stops at its next "
+    "call, and its running jobs run again).",
+)
+@url_option
+@json_option
+def upgrade(queue: str, force: bool, url: str | None, as_json: bool) -> None:
+    """Move QUEUE to this emq's newest keyspace layout, in one step (docs: keyspace.md,
+    Layout versions).
+
+    \b
+    Refused while a live worker of an older emq serves QUEUE, unless --force."""
+    with open_queue(url, queue) as q:
+        older = [w for w in list_workers(q.client) if queue in w.queues and w.layout < LAYOUT]
+        if older and not force:
+            shown = ", ".join(f"{w.host}:{w.pid}" for w in older[:5])
+            raise WrongState(
+                f"{len(older)} live worker(s) of an older emq serve {queue!r} ({shown}): they "
+                f"read and write keyspace layout {min(w.layout for w in older)} only and would "
+                "stop at their next call; upgrade them first (or pass --force)"
+            )
+        before, after = q.upgrade()
+    if as_json:
+        emit_json({"queue": queue, "from": before, "to": after})
+    elif before == after:
+        say(f"{queue}: already in keyspace layout {after}; nothing changed")
+    else:
+        say(f"{queue}: keyspace layout {before} -> {after}")
+
+
 def register(group: click.Group) -> None:
     group.add_command(configure)
+    group.add_command(upgrade)

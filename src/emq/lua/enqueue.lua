@@ -32,8 +32,9 @@
 --         or payload, or a dedup key's job differs from the one given
 -- Derives: job:<id> HASH, de:<dedup> STRING, admitted:<request> STRING (60 s),
 --   lane:<L>:pending ZSET, lanes:ring ZSET,
---   lane:default:active SET (when lane mode turns on), events:archived STRING (read only)
--- Includes: clock, events, lanes, rows, wake
+--   lane:default:active SET (when lane mode turns on), events:archived STRING (read only),
+--   active ZSET, dead ZSET, metrics HASH (read only: whether the queue is new, its layout)
+-- Includes: clock, events, lanes, layout, rows, wake
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
@@ -108,6 +109,12 @@ for i = FIRST, #ARGV, GROUP do
 end
 
 -- pass 2: write
+for n = 1, #targets do
+  if created[n] == 1 then
+    new_queue_layout(prefix)  -- the queue's first job: a new queue starts in the newest layout
+    break
+  end
+end
 local out = {}
 local waiting = {}  -- lane -> score, member pairs for one ZADD (at most 1,000 jobs per call)
 local lanes = {}  -- the lanes in the order they first appear

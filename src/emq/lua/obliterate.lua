@@ -30,7 +30,7 @@
 -- Returns: {deleted jobs in this call, 1 when the queue is gone | 0 when more remain (jobs,
 --   or outbox entries to deliver first)}
 -- Errors: EMQSTATE when jobs are leased and force = 0
--- Derives: job:<id> HASH, de:<dedup> STRING, done:<id> LIST, events:archived STRING and events:archiver STRING
+-- Derives: job:<id> HASH, de:<dedup> STRING, done:<id> LIST, events:archived STRING, events:archiver STRING and events:count STRING
 --   (deleted with the queue, so a reused name starts with trimming scripts and no archiver),
 --   rate ZSET, lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
 --   lane:<L>:pending ZSET, lane:<L>:active SET, lane:<L>:rate ZSET,
@@ -105,6 +105,6 @@ for i = 1, #schedules, 1000 do
 end
 redis.call('DEL', prefix .. 'repeats', prefix .. 'repeat-slots', prefix .. 'settings')
 redis.call('DEL', k_events, k_meta, k_metrics, k_stalled_check, k_wake,
-  k_events .. ':archived', k_events .. ':archiver', prefix .. 'rate', prefix .. 'lanes:ring',
+  k_events .. ':archived', k_events .. ':archiver', k_events .. ':count', prefix .. 'rate', prefix .. 'lanes:ring',
   prefix .. 'lanes:later', prefix .. 'lanes:full', prefix .. 'lanes:conf', prefix .. 'outbox')
 return {removed, 1}

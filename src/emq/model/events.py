@@ -6,6 +6,17 @@ an ``event`` field (its name) and, for job events, a ``job`` field; :data:`EVENT
 every other field per name (``docs/events.md`` is the prose form, and a test checks both
 against the ``emit(...)`` calls of every ``lua/*.lua`` and ``lua/includes/*.lua`` file).
 
+One stream entry holds one event, or (a queue in keyspace layout 2) every event of one script
+call: fields ``n`` (how many) and ``e``: per event its name, then its field, value pairs
+(``job`` first), joined by the unit separator U+001F, the events joined by the record separator
+U+001E. No value holds either: names, ids and numbers cannot, JSON text (payloads, progress)
+escapes them, and free text (errors, cancel reasons) is cleaned of them before it is sent
+(:data:`SEPARATORS`; ``emq.calls.call.clean_text``). The script moves the stream's last id on by
+``n - 1``, so the i-th event (from 0) of an entry ``<ms>-<seq>`` has the position ``<ms>-<seq +
+i>``, below the next entry's id: every reader expands an entry into its events (:func:`expand`),
+and an :class:`Event`'s ``id`` is its position, which orders, resumes and deduplicates like a
+stream id.
+
 The readers of the stream are in :mod:`emq.queue._async.stream` (and its sync twin); what
 they decode is here.
 """
@@ -106,6 +117,7 @@ class Event:
 
     @classmethod
     def from_entry(cls, entry_id: str, entry: Mapping[str, str]) -> Event:
+        """The entry's one event; :func:`expand` reads an entry of several."""
         rest = dict(entry)
         name = rest.pop("event", "")
         job = rest.pop("job", None)
@@ -116,8 +128,35 @@ class Event:
         return cls(entry_id, name, job, cast(dict[str, str], json.loads(fields_json)))
 
 
+SEPARATORS = ("\x1e", "\x1f")  # between the events of an entry, between an event's parts
+
+
+def is_batch(entry: Mapping[str, str]) -> bool:
+    return "e" in entry and "n" in entry and "event" not in entry
+
+
+def expand(entry_id: str, entry: Mapping[str, str]) -> list[Event]:
+    """The events of one stream entry, in order, each at its position (the module's doc). An
+    entry that does not hold what its ``n`` says is one ``unreadable`` event, never an error."""
+    if not is_batch(entry):
+        return [Event.from_entry(entry_id, entry)]
+    ms, seq = parse_id(entry_id)
+    out = []
+    records = entry["e"].split(SEPARATORS[0])
+    for i, record in enumerate(records):
+        name, *rest = record.split(SEPARATORS[1])
+        if len(rest) % 2:
+            break
+        fields = dict(zip(rest[::2], rest[1::2], strict=True))
+        job = fields.pop("job", None)
+        out.append(Event(format_id(ms, seq + i), name, job, fields))
+    if len(out) != len(records) or str(len(records)) != entry["n"]:
+        return [Event(entry_id, "unreadable", None, {"n": entry["n"], "e": entry["e"][:200]})]
+    return out
+
+
 def entries(reply: Any) -> list[Event]:
-    return [Event.from_entry(i, f) for i, f in reply or []]
+    return [e for i, f in reply or [] for e in expand(i, f)]
 
 
 def xread_entries(reply: Any) -> list[Event]:
@@ -138,7 +177,31 @@ def position(after: str) -> str:
 
 
 def last_id(info: Any) -> str:
+    """The position of the last event of ``XREVRANGE ... COUNT 1``'s reply ("0-0": none)."""
     if not info:
         return "0-0"
     entry = cast(Sequence[Any], info[0])
-    return str(entry[0])
+    return expand(str(entry[0]), entry[1])[-1].id
+
+
+def after_position(events: list[Event], start: str, end: str = "+") -> list[Event]:
+    """``events`` whose position lies in ``XRANGE``'s ``start`` .. ``end`` (``-``, ``+``, ids,
+    ``(`` for exclusive): an entry in range may hold events that are not, and one below
+    ``start`` events that are."""
+
+    def bound(text: str, low: bool) -> tuple[tuple[int, int], bool] | None:
+        if text in ("-", "+"):
+            return None
+        exclusive = text.startswith("(")
+        return parse_id(text.removeprefix("(")), exclusive
+
+    lo, hi = bound(start, True), bound(end, False)
+    out = []
+    for e in events:
+        k = e.key
+        if lo and (k < lo[0] or (lo[1] and k == lo[0])):
+            continue
+        if hi and (k > hi[0] or (hi[1] and k == hi[0])):
+            continue
+        out.append(e)
+    return out

@@ -63,6 +63,11 @@ class QueueKeys:
         return self._k("events")
 
     @property
+    def events_count(self) -> str:
+        """Layout 2: about how many job events ``events`` holds (the cap's count)."""
+        return self._k("events:count")
+
+    @property
     def events_archived(self) -> str:
         """The archive's watermark W; while this key exists, scripts never trim ``events``."""
         return self._k("events:archived")

@@ -46,7 +46,9 @@ _GET_CHUNK = 500
 class WorkerInfo:
     """One live worker, as it last wrote itself. ``running``: handlers running at that beat;
     ``started_ms`` and ``beat_ms``: wall-clock ms (the worker's clock) of its start and of
-    that beat; ``metrics_port``: the port of its Prometheus endpoint (0: none)."""
+    that beat; ``metrics_port``: the port of its Prometheus endpoint (0: none); ``layout``:
+    the newest keyspace layout it serves (docs/keyspace.md, Layout versions; 1 for an entry
+    of an emq that wrote none), which ``emq upgrade`` checks."""
 
     id: str
     host: str
@@ -58,6 +60,7 @@ class WorkerInfo:
     beat_ms: int
     version: str
     metrics_port: int = 0
+    layout: int = 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -78,6 +81,7 @@ class WorkerInfo:
                 beat_ms=int(d["beat_ms"]),
                 version=str(d["version"]),
                 metrics_port=int(d.get("metrics_port", 0)),
+                layout=int(d.get("layout", 1)),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None

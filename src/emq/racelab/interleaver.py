@@ -160,7 +160,8 @@ def run_keys(spec: RunSpec, job_id: str) -> list[str]:
     """Every key a run can create on its queue (deleted when the run ends), including the
     replies the claim script stores under each claim's request id and the enqueue's mark."""
     k = QueueKeys.of(spec.queue)
-    fixed = [k.pending, k.active, k.schedule, k.dead, k.events, k.meta, k.metrics, k.wake]
+    fixed = [k.pending, k.active, k.schedule, k.dead, k.events, k.events_count, k.meta,
+             k.metrics, k.wake]  # fmt: skip
     claimers = ["", *(a.name for a in spec.actors if a.role == "worker")]
     replies = [
         k.claim_reply(claim_request(rnd, name))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EmqError, InvalidOption
-from ..model.events import Event
+from ..model.events import Event, last_id
 from ..queue._async.queue import AsyncQueue
 from ..server.clients import aclose_client
 from ..worker import Worker, WorkerStats
@@ -162,8 +162,7 @@ async def _positions(queues: Iterable[AsyncQueue]) -> dict[str, str]:
     """Each queue's last stream id now: the run's events are the ones above it."""
     out = {}
     for q in queues:
-        last = await q.client.xrevrange(q.core.keys.events, "+", "-", count=1)
-        out[q.name] = str(last[0][0]) if last else "0-0"
+        out[q.name] = last_id(await q.client.xrevrange(q.core.keys.events, "+", "-", count=1))
     return out
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import redis.asyncio
 
 from .. import __version__
+from ..model.layout import LAYOUT
 from ..observe import registry
 from .connect import SERVER_ERRORS, Outage, describe_error
 
@@ -63,6 +64,7 @@ class Presence:
             beat_ms=registry.now_ms(),
             version=__version__,
             metrics_port=self._metrics_port,
+            layout=LAYOUT,
         )
 
     async def beat(self) -> None:

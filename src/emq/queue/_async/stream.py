@@ -3,16 +3,29 @@
 The live stream is a window: once an archiver has folded entries into its floor it trims
 them, so a reader that falls further behind than the archiver's cadence can miss entries that
 only the floor still holds. :mod:`emq.queue._async.history` gives a complete, gap-free record
-of one job. Entries decode to :class:`emq.model.events.Event`.
+of one job. Entries decode to :class:`emq.model.events.Event`, one per event: an entry of a
+call's several events (keyspace layout 2) expands into them, each at its own position, so a
+range or a resume that starts inside such an entry (a position a reader kept) yields exactly
+the events above it: the entry that holds the start is read back first (``XREVRANGE start -
+COUNT 1``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import redis.asyncio
 
-from ...model.events import READ_CHUNK, Event, entries, last_id, position, xread_entries
+from ...model.events import (
+    READ_CHUNK,
+    Event,
+    after_position,
+    entries,
+    last_id,
+    position,
+    xread_entries,
+)
 from ...model.keys import QueueKeys
 
 
@@ -24,14 +37,29 @@ async def aread_range(
     chunk: int = READ_CHUNK,
 ) -> AsyncIterator[Event]:
     """Entries from ``start`` to ``end`` (``XRANGE`` syntax, ``(`` for exclusive), read in
-    chunks of ``chunk`` as the caller consumes them."""
+    chunks of ``chunk`` entries as the caller consumes them."""
+    held = await _held_at(client, keys, start, end)
     while True:
-        batch = entries(await client.xrange(keys.events, start, end, count=chunk))
+        reply = cast(list[Any], await client.xrange(keys.events, start, end, count=chunk))
+        batch, held = held + after_position(entries(reply), start, end), []
         for event in batch:
             yield event
-        if len(batch) < chunk:
+        if len(reply) < chunk:
             return
-        start = "(" + batch[-1].id
+        start = "(" + batch[-1].id if batch else "(" + str(reply[-1][0])
+
+
+async def _held_at(
+    client: redis.asyncio.Redis, keys: QueueKeys, start: str, end: str = "+"
+) -> list[Event]:
+    """The events in range of the entry below ``start`` (an entry of several events may start
+    below a position inside it): the events ``XRANGE start`` alone would miss."""
+    if start in ("-", "+"):
+        return []
+    # an exclusive start: the entry at it may hold more events; an inclusive one: the one below
+    top = start.removeprefix("(") if start.startswith("(") else "(" + start
+    below = await client.xrevrange(keys.events, top, "-", count=1)
+    return after_position(entries(below), start, end)
 
 
 async def aiter_events(
@@ -51,10 +79,11 @@ async def aiter_events(
     pos = position(after)
     if pos == "$":
         pos = last_id(await client.xrevrange(keys.events, "+", "-", count=1))
+    held = [] if pos in ("$", "0-0") else await _held_at(client, keys, "(" + pos)
     while True:
-        block = block_ms if follow else None
+        block = None if held or not follow else block_ms
         reply = await client.xread({keys.events: pos}, count=count, block=block)
-        batch = xread_entries(reply)
+        batch, held = held + xread_entries(reply), []
         for event in batch:
             yield event
         if batch:

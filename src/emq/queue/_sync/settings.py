@@ -13,7 +13,14 @@ import redis
 
 from ...calls.call import Arg
 from ...calls.jobs import QueueCore
-from ...calls.settings import REFRESH_S, check_changes, from_fields, settings_call, to_fields
+from ...calls.settings import (
+    REFRESH_S,
+    check_changes,
+    from_fields,
+    settings_call,
+    to_fields,
+    upgrade,
+)
 from ...errors import ServerRefused
 from ...lua import scripts
 from ...model.config import QueueOptions
@@ -81,6 +88,16 @@ class Settings:
             if self.settle() != before:
                 return self._groups(jobs)
         return groups
+
+    def upgrade(self) -> tuple[int, int]:
+        """Move the queue to this emq's newest keyspace layout, in one step, and return (the
+        layout before, the layout after): (1, 2) the first time, (2, 2) after. Every process
+        that serves the queue must be of an emq that knows the new layout first: an older one
+        refuses the queue from then on (docs/keyspace.md, Layout versions; ``emq upgrade``
+        checks the worker registry for them). A newer layout is refused (``LayoutTooNew``)."""
+        call = upgrade(self.core.keys)
+        reply = scripts.run(self.client, call.script, call.keys, call.args)
+        return call.decode(reply)
 
     def _fresh(self) -> None:
         if time.monotonic() - self._settled_at > REFRESH_S:

