@@ -96,6 +96,7 @@ SCRIPTS_OF = {
         "await_result",
         "deliver_flow",
         "settings",
+        "upgrade",
     },
 }
 # docs/security.md, "Denials that are expected": refused, tolerated, and never needed.

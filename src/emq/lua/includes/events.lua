@@ -63,15 +63,14 @@ local function ev_trim(n)  -- trims once per call: entries (layout 1) or about j
   end
   local c = redis.call('INCRBY', k_count, n)
   if c == n then  -- no count yet (an upgrade, an archiver gone): one event per older entry
-    c = redis.call('XLEN', ev_key) - 1 + n
-    redis.call('SET', k_count, c)
+    c = redis.call('INCRBY', k_count, redis.call('XLEN', ev_key) - 1)
   end
   if c > ev_max + math.max(100, math.floor(ev_max / 10)) then
     local entries = redis.call('XLEN', ev_key)
     local keep = math.max(1, math.floor(entries * ev_max / c))
     local cut = redis.call('XTRIM', ev_key, 'MAXLEN', '~', keep)
     if cut > 0 then
-      redis.call('SET', k_count, math.max(0, c - math.floor(cut * c / entries + 0.5)))
+      redis.call('INCRBY', k_count, -math.min(c, math.floor(cut * c / entries + 0.5)))
     end
   end
 end
