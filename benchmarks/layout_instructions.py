@@ -47,7 +47,7 @@ def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(BINARY),
             "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]  # fmt: skip
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
+    url = f"redis://127.0.0.1:{port}/0?socket_timeout=120"  # callgrind is ~50x slower
     client = redis.Redis.from_url(url)
     for _ in range(600):
         try:

@@ -2,8 +2,9 @@
 --
 -- The stalled recovery. Detect (deadline <= now, server clock), move and count happen in this
 -- one step, so two overlapping sweeps can never both recover one lease: the second finds the
--- job already gone from active. Safety belt: each expired id is removed from active and
--- added to exactly one of pending or dead before any other command runs; stalled is bumped
+-- job already gone from active. Safety belt: every expired id is removed from active (one
+-- ZREM per 1,000) and added to exactly one of pending or dead in this same step (the default
+-- lane's recovered jobs with one ZADD, written before lane mode could turn on); stalled is bumped
 -- with HINCRBY on the value this script reads, never by a client; attempts is not touched;
 -- an id whose row is gone is dropped from active and skipped (no ghost row is created). A
 -- recovered job goes back to its own lane and frees its lane's slot in the same step; when a
@@ -50,13 +51,23 @@ use_lanes(prefix, k_meta)
 local now = server_ms()
 local recovered, dead, missing, cancelled = {}, {}, {}, {}
 local expired = redis.call('ZRANGEBYSCORE', k_active, '-inf', now, 'LIMIT', 0, limit)
+for i = 1, #expired, 1000 do  -- every expired id leaves active first, 1,000 per ZREM
+  redis.call('ZREM', k_active, unpack(expired, i, math.min(i + 999, #expired)))
+end
+local back = {}  -- recovered jobs of the default lane, FIFO, outside lane mode: one ZADD
+local function put_back()  -- before lane mode may turn on, which reads pending
+  for i = 1, #back, 2000 do
+    redis.call('ZADD', k_pending, unpack(back, i, math.min(i + 1999, #back)))
+  end
+  back = {}
+end
 for _, id in ipairs(expired) do
-  redis.call('ZREM', k_active, id)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'attempts', 'priority', 'lane', 'waiters', 'cancel',
     'lifo', 'parent', 'on_failure', 'state')
   local attempts = f[1] or '0'
   if f[9] and f[5] then  -- a cancel was requested: dead, cancelled; not a stall, not recovered
+    if not lane_mode then put_back() end
     lane_release(f[3], id)
     to_cancelled(prefix, k_dead, k_metrics, id, f[5], 'active', attempts, f[4], now)
     cancelled[#cancelled + 1] = id
@@ -72,10 +83,18 @@ for _, id in ipairs(expired) do
       local story = redis.call('HMGET', row, 'name', 'payload')
       emit('event', 'dead', 'job', id, 'attempts', attempts, 'error', 'stalled',
         'stalled', stalled, 'name', story[1], 'payload', story[2])
-      if f[7] then flow_child_done(prefix, k_pending, f[7], id, 'dead', '', f[8], now) end
+      if f[7] then
+        if not lane_mode then put_back() end
+        flow_child_done(prefix, k_pending, f[7], id, 'dead', '', f[8], now)
+      end
     else
       redis.call('HSET', row, 'state', 'pending')
-      to_pending(k_pending, id, f[2], f[3], f[6])
+      if not lane_mode and not f[3] and f[6] ~= '1' then
+        back[#back + 1], back[#back + 2] = f[2], id
+      else
+        if not lane_mode then put_back() end
+        to_pending(k_pending, id, f[2], f[3], f[6])
+      end
       recovered[#recovered + 1] = id
       emit('event', 'stalled', 'job', id, 'attempts', attempts, 'stalled', stalled)
     end
@@ -84,6 +103,7 @@ for _, id in ipairs(expired) do
     emit('event', 'missing', 'job', id, 'from', 'active')
   end
 end
+put_back()
 if #missing > 0 then
   redis.call('HINCRBY', k_metrics, 'missing', #missing)
   if lane_mode then
