@@ -34,7 +34,13 @@ def events(records: list[logging.LogRecord], name: str) -> list[dict[str, Any]]:
 
 
 def stream_events(client: redis.Redis, q: Queue, name: str) -> list[dict[str, str]]:
-    return [f for _, f in client.xrange(q.core.keys.events) if f.get("event") == name]
+    """The stream's ``name`` events, each as its fields with ``event`` and ``job`` (an entry of
+    one call's several events expanded, docs/events.md, Entries)."""
+    return [
+        {"event": e.event, **({"job": e.job} if e.job else {}), **e.fields}
+        for e in q.events()
+        if e.event == name
+    ]
 
 
 # -- out of memory ----------------------------------------------------------------------------

@@ -138,7 +138,9 @@ def test_a_burst_run_ends_after_an_isolated_handler_timed_out(
     with Queue.from_url(url, qname, options=KEEP) as q:
         stuck = q.enqueue("hang", {"started": str(started)}, max_attempts=1)
         after = q.enqueue("plain")
-        proc = worker(tmp_path, app_env(url, qname, APP_TIMEOUT="300"), "--burst", "-c", "1")
+        # the timeout counts from the claim: long enough for a child to start on a busy machine
+        proc = worker(tmp_path, app_env(url, qname, APP_TIMEOUT="5000"), "--burst", "-c", "1")
+        wait_for(lambda: started.exists() and started.read_text(), "the isolated handler")
         assert proc.wait(HANG) == 0, (tmp_path / "worker.log").read_text()
         job = q.job(stuck)
         assert job is not None and job.state == "dead" and "timeout" in (job.last_error or "")
