@@ -12,6 +12,8 @@ a process SIGKILLed between two records leaves each of them whole. Keys, for one
 - ``fl:R:callbacks`` HASH a fan-in's group id -> runs of its callback
 - ``fl:R:runs``    HASH  ``"<job id> <agent>"`` -> bodies of that job that ended in that agent
 - ``fl:R:callback_runs`` HASH ``"<group id> <agent>"`` -> callbacks of that group in that agent
+- ``fl:R:busy``    HASH  agent -> handler bodies started and not yet ended in that agent (the
+  harness times a worker fault from it, so the fault hits work in flight)
 
 The agent is the worker process the harness started (``FAULTS_AGENT``, set by the harness and
 inherited by a system's own child processes: a forked work horse, a pool, a Node process), so
@@ -28,6 +30,7 @@ from urllib.parse import urlparse
 
 AGENT = os.environ.get("FAULTS_AGENT") or "-"
 BOTH = "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('HINCRBY', KEYS[2], ARGV[2], 1)"
+END = BOTH + " redis.call('HINCRBY', KEYS[3], ARGV[3], -1)"  # and the agent's in-flight count
 
 
 class Ledger:
@@ -53,10 +56,12 @@ class Ledger:
         self.call("SADD", self.key("refused"), str(job))
 
     def started(self, job: int | str) -> None:
-        self.call("HINCRBY", self.key("started"), str(job), "1")
+        self.call("EVAL", BOTH, "2", self.key("started"), self.key("busy"), str(job), AGENT)
 
     def finished(self, job: int | str) -> None:
-        self._both("finished", "runs", str(job))
+        ident = str(job)
+        self.call("EVAL", END, "3", self.key("finished"), self.key("runs"), self.key("busy"),
+                  ident, f"{ident} {AGENT}", AGENT)  # fmt: skip
 
     def tick(self, key: str) -> None:
         self.call("HINCRBY", self.key("ticks"), key, "1")
@@ -76,6 +81,10 @@ class Ledger:
     def counts(self, what: str) -> dict[str, int]:
         flat = self.call("HGETALL", self.key(what))
         return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def busy(self, agent: str) -> int:
+        """Handler bodies started and not yet ended in ``agent``."""
+        return int(self.call("HGET", self.key("busy"), agent) or 0)
 
     def agents(self, what: str = "runs") -> dict[str, set[str]]:
         """Job (or group) id -> the agents in which its body (callback) ran to its end."""

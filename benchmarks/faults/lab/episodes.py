@@ -125,8 +125,9 @@ def _jobs(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
                          rate=s.rate)  # fmt: skip
         episode_s = s.jobs / s.rate
         started_s = _first_ack(ep, run_id, producer)
-        fault = faults.inject(scenario, faults.Target(server, crew, proxy, sizes), rng,
-                              episode_s, s, ep.recovery_s)  # fmt: skip
+        with _ledger(ep, run_id) as lg:
+            target = faults.Target(server, crew, proxy, sizes, lg)
+            fault = faults.inject(scenario, target, rng, episode_s, s, ep.recovery_s)
         fault["producer_first_ack_s"] = started_s
         if producer.wait(episode_s * 3 + 60) is None:
             producer.kill()
@@ -235,7 +236,8 @@ def _fanin(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
     try:
         time.sleep(s.warmup_s)
         maker = Agent(where, "fanin", server.url, "fanin", first=1, count=s.groups, width=s.width)
-        fault = faults.kill_workers(crew, rng, s.kills, busy_s)
+        with _ledger(ep, run_id) as lg:
+            fault = faults.kill_workers(crew, rng, s.kills, busy_s, lg)
         if maker.wait(60) is None:
             maker.kill()
             fault["fanin"] = "killed: did not finish"

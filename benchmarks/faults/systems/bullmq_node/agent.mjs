@@ -69,6 +69,8 @@ function connection(url, kind) {
 // The worker process the harness started (inherited from agent.py): see ledger.py.
 const AGENT = process.env.FAULTS_AGENT || "-";
 const BOTH = "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('HINCRBY', KEYS[2], ARGV[2], 1)";
+// A finish also ends the agent's in-flight count (fl:RUN:busy), as ledger.py does.
+const END = BOTH + " redis.call('HINCRBY', KEYS[3], ARGV[3], -1)";
 
 class Ledger {
   constructor(url, run) {
@@ -82,10 +84,16 @@ class Ledger {
 
   acked(job) { return this.redis.sadd(this.key("acked"), String(job)); }
   refused(job) { return this.redis.sadd(this.key("refused"), String(job)); }
-  started(job) { return this.redis.hincrby(this.key("started"), String(job), 1); }
+  started(job) {
+    return this.redis.eval(BOTH, 2, this.key("started"), this.key("busy"), String(job), AGENT);
+  }
   tick(key) { return this.redis.hincrby(this.key("ticks"), String(key), 1); }
   callback(group) { return this.both("callbacks", "callback_runs", String(group)); }
-  finished(job) { return this.both("finished", "runs", String(job)); }
+  finished(job) {
+    const id = String(job);
+    return this.redis.eval(END, 3, this.key("finished"), this.key("runs"), this.key("busy"),
+      id, `${id} ${AGENT}`, AGENT);
+  }
 
   // A run and its agent in one command, so a kill cannot land between the two.
   both(counts, runs, id) {
