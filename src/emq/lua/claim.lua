@@ -144,7 +144,7 @@ local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end
 local function lease(id, lane, from)
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts',
-    'parent', 'trace')
+    'parent', 'trace', 'worker')
   if not f[3] then
     missing[#missing + 1] = id
     emit('event', 'missing', 'job', id, 'from', from)
@@ -161,7 +161,7 @@ local function lease(id, lane, from)
       'worker', worker)
   else
     redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
-    redis.call('HDEL', row, 'worker')
+    if f[8] then redis.call('HDEL', row, 'worker') end  -- a previous run's worker
   end
   leased_ids[#leased_ids + 1] = deadline
   leased_ids[#leased_ids + 1] = id
