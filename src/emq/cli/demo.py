@@ -33,6 +33,7 @@ from ..model.states import Location
 from ..queue._sync.queue import Queue
 from ..server.urls import redact_url
 from .common import console, embedded_home, emit_json, line, resolve_url, say, url_option
+from .exits import DONE, NO
 
 JOBS = 300
 WORKERS = 3
@@ -350,7 +351,7 @@ def demo(url: str | None, as_json: bool) -> None:
             f"the embedded server is still running at {redact_url(resolved)} (data in {home}), "
             "with the demo queue to look at (`emq stats demo`); stop it: `emq server stop`"
         )
-    sys.exit(0 if summary["ok"] else 1)
+    sys.exit(DONE if summary["ok"] else NO)
 
 
 def register(group: click.Group) -> None:

@@ -31,6 +31,7 @@ from .common import (
     table,
     url_option,
 )
+from .exits import NotFound
 from .lanes import stats_limits
 from .times import iso, relative, when
 
@@ -267,12 +268,17 @@ def job(queue: str, job_id: str, with_logs: bool, url: str | None, as_json: bool
         logs = [asdict(x) for x in q.job_logs(job_id)] if with_logs else None
         now = 0 if as_json or found is None else server_now(q)
     if found is None:
-        if as_json:
-            emit_json({"id": job_id, "found": False, **({} if logs is None else {"logs": logs})})
+        if not logs:  # no row, and no lines either: nothing to show (exit 2, as remove)
+            raise NotFound(
+                f"no job {job_id} in {queue} (a completed job is deleted unless "
+                "it was kept)" + ("; and no log lines of it" if with_logs else "")
+            )
+        if as_json:  # the lines asked for were found: not an error
+            emit_json({"id": job_id, "found": False, "logs": logs})
         else:
             say(job_id, ": no such job (completed jobs are deleted)")
             _say_logs(logs)
-        raise SystemExit(0 if logs else 1)  # the lines asked for were found: not an error
+        return
     if as_json:
         emit_json({**_job_dict(found), **({} if logs is None else {"logs": logs})})
         return
