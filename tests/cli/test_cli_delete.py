@@ -35,9 +35,9 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def one_error(code: int, out: str, needle: str) -> None:
+def one_error(code: int, out: str, needle: str, exit_code: int = 2) -> None:
     lines = out.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), out
+    assert code == exit_code and len(lines) == 1 and lines[0].startswith("error: "), out
     assert needle in lines[0] and "Traceback" not in out, out
 
 
@@ -70,7 +70,7 @@ def test_obliterate_with_leased_jobs_needs_force(
     queue.enqueue_many([("a", 1), ("b", 2)])
     queue.claim(1, lease_ms=60_000)
     code, out = run("obliterate", qname, "--yes", "--url", url)
-    one_error(code, out, "pass --force")
+    one_error(code, out, "pass --force", exit_code=3)
     assert queue.counts()["active"] == 1 and queue.counts()["pending"] == 1
     assert_consistent(client, qname)
     code, out = run("obliterate", qname, "--yes", "--force", "--url", url)
@@ -106,7 +106,7 @@ def test_forget_refuses_a_queue_with_keys_and_forgets_a_bare_name(
     client.sadd(KNOWN_QUEUES, bare)
     assert bare in queue_names(client)
     code, out = run("forget", qname, bare, "--url", url)
-    one_error(code, out, f"not forgotten: {qname} still has keys")
+    one_error(code, out, f"not forgotten: {qname} still has keys", exit_code=3)
     assert f"forgotten: {bare}" in out
     assert qname in queue_names(client) and bare not in queue_names(client)
     code, out = run("forget", bare, "--url", url, "--json")
@@ -167,6 +167,7 @@ def test_obliterate_asks_on_a_terminal(url: str, qname: str, queue: Queue) -> No
     queue.enqueue_many([("a", 1), ("b", 2)])
     code, out = _on_a_terminal(url, qname, b"n\n")
     assert code == 1 and f"Delete queue '{qname}' (2 pending, 0 schedule" in out, out
+    assert "not confirmed" in out and "Aborted" not in out, out
     assert queue.counts()["pending"] == 2
     code, out = _on_a_terminal(url, qname, b"y\n")
     assert code == 0 and f"{qname}: obliterated, 2 job(s) deleted" in out, out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from emq import Queue
 from emq.embedded.standalone import EmbeddedServer
 
 
@@ -54,7 +55,10 @@ def test_demo_json_is_one_summary_object(tmp_path: Path) -> None:
             [sys.executable, "-c", "from emq.cli.main import main; main()", "demo", "--json"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100,
         )  # fmt: skip
-        running = EmbeddedServer(tmp_path / ".emq").status().running
+        server = EmbeddedServer(tmp_path / ".emq")
+        running = server.status().running
+        with Queue.from_url(server.url(), "demo") as q:
+            events = list(q.events())
     finally:
         EmbeddedServer(tmp_path / ".emq").stop()
     assert done.returncode == 0, done.stdout + done.stderr
@@ -63,3 +67,11 @@ def test_demo_json_is_one_summary_object(tmp_path: Path) -> None:
     assert summary["ok"] is True and all(c["ok"] for c in summary["checks"])
     assert summary["server"]["embedded"] is True and summary["server"]["left_running"] is True
     assert running, "the summary says the embedded server is left running, and it is"
+    # only the poison job is dead-lettered: it comes once every other job has ended, so the
+    # two workers it kills hold nothing else (a job that stalled once goes to the head of
+    # pending, where the next disruption's victim would take it, and die of its 2nd stall)
+    assert summary["other_dead"] == [] and summary["counts"]["dead"] == 1, summary
+    (poison,) = {e.job for e in events if e.event == "enqueued" and e.fields["name"] == "poison"}
+    at = next(i for i, e in enumerate(events) if e.job == poison)
+    assert all(e.event != "claimed" for e in events[at:] if e.job != poison), "none after it"
+    assert {e.job for e in events if e.event == "dead"} == {poison}

@@ -170,7 +170,7 @@ def test_emq_job_logs_prints_the_lines_of_a_completed_job(url: str, queue: Queue
     plain = runner.invoke(cli, ["job", queue.name, markup, "--url", url])
     assert "literal" not in plain.output  # no --logs: no read of them
     unknown = runner.invoke(cli, ["job", queue.name, "JOB0000000000A", "--logs", "--url", url])
-    assert unknown.exit_code == 1 and "logs: none" in unknown.output
+    assert unknown.exit_code == 2 and "no log lines of it" in unknown.output
 
 
 def test_every_line_of_many_short_jobs_lands_before_their_acks(

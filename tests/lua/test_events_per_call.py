@@ -164,7 +164,7 @@ def test_upgrade_is_refused_while_an_older_worker_serves_the_queue(
     client.zadd(WORKERS, {entry["id"]: time.time() * 1000 + 30_000})
     try:
         out = CliRunner().invoke(cli, ["upgrade", queue.name, "--url", url])
-        assert out.exit_code == 2, out.output
+        assert out.exit_code == 3, out.output  # refused: a worker is live (docs/cli.md)
         told = [line for line in out.output.splitlines() if line]
         assert len(told) == 1 and told[0].startswith("error: ") and "old-host:41" in told[0]
         assert client.hget(queue.core.keys.meta, "layout") == "1", "nothing was written"

@@ -322,8 +322,8 @@ def test_cli_add_list_remove(url: str, qname: str, client: redis.Redis) -> None:
     assert snapshot(client, qname) == before
     code, out, _ = emq("remove", "tick", "--json")
     assert (code, json.loads(out)) == (0, {"queue": qname, "key": "tick", "removed": True})
-    code, out, _ = emq("remove", "tick")
-    assert code == 1 and "no such schedule" in out
+    code, out, err = emq("remove", "tick")
+    assert code == 2 and out == "" and err.startswith("error: no repeating schedule 'tick'")
 
 
 def test_a_schedule_broken_by_hand_is_skipped_and_named_the_others_fire(

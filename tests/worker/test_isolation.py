@@ -90,7 +90,7 @@ def test_a_memory_cap_and_a_dying_child_fail_only_their_attempt(
         assert "killed by SIGSEGV" in dead_error(q, crashed)
         refusal = q.job(refused)
         assert refusal is not None and refusal.attempts == 1  # Permanent: never retried
-        assert dead_error(q, refused).startswith("emq.worker.options.Permanent: cannot handle")
+        assert dead_error(q, refused).startswith("Permanent: cannot handle")
         error = dead_error(q, failed)
         assert error.startswith("ValueError: bad value 7")
         assert "isolated_handlers.py" in error  # the child's own traceback

@@ -17,6 +17,7 @@ from ..archive import Archive, Floor, Target, Totals, default_path, open_target,
 from ..errors import InvalidOption
 from ..model.events import Event, entries
 from .common import emit_json, json_option, one_line, open_queue, row, say, show, table, url_option
+from .exits import NotFound
 
 
 def _floor_path(queue: str, floor: str | None) -> Path:
@@ -310,8 +311,9 @@ def history(
         logs = q.job_logs(job_id, floor=use) if with_logs else []
     finally:
         q.close()
-    if not found and not as_json:
-        say(f"no events of {job_id} in {queue}")
+    if not found and not logs:
+        raise NotFound(f"no events of {job_id} in {queue} (neither in the stream nor in the "
+                       "floor)")  # fmt: skip
     for e in found:
         _print(e, as_json, full)
     for x in logs if with_logs else ():

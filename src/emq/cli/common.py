@@ -9,23 +9,18 @@ each line whole), and a table is printed at its natural width when stdout is not
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import re
-import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import redis
 
-from ..errors import EmqError, ServerUnreachable
 from ..model.checks import MAX_SHOWN
-from ..queue.shared import UNREACHABLE
-from ..server.clients import cluster_unreachable
-from ..server.urls import check_url, redact_url
+from ..server.urls import check_url
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -128,6 +123,17 @@ def open_routed(url: str | None, name: str) -> Queue | PartitionedQueue:
 
         return PartitionedQueue(client, name)
     return Queue(client, name)
+
+
+def require_queue(client: redis.Redis, name: str, nothing: str) -> None:
+    """Refuse (:class:`~emq.cli.exits.NotFound`, exit 2) a queue that is neither among the
+    known queues nor holds any key: a mistyped name, before a command writes keys for it.
+    ``nothing`` says what was not done (``nothing deleted``)."""
+    from ..server.discovery import has_keys, is_known
+    from .exits import NotFound
+
+    if not (is_known(client, name) or has_keys(client, name)):
+        raise NotFound(f"no queue {name!r} (emq stats lists the queues); {nothing}")
 
 
 # -- options -----------------------------------------------------------------------------
@@ -269,91 +275,7 @@ def one_line(value: str) -> str:
     return f"{head} (traceback: {len(lines) - cut} lines)" if cut else head
 
 
-# -- failures ----------------------------------------------------------------------------
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in out and len(out) < 10:
-        out.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    return out
-
-
-def failure_line(exc: BaseException, url: str | None) -> str | None:
-    """The one line a command prints for ``exc``, or None when ``exc`` is a bug (which then
-    keeps its traceback). Covers emq's own errors, a server that cannot be reached, a port
-    that does not speak the Redis protocol, a server's error reply, and a file that cannot
-    be read or written."""
-    at = f" at {redact_url(url)}" if url else ""
-    chain = _causes(exc)
-    if any(isinstance(e, redis.exceptions.InvalidResponse) for e in chain):
-        return (
-            f"the server{at} does not answer as Valkey or Redis would (is it the right host "
-            f"and port?): {chain[-1]}"
-        )
-    auth = next((e for e in chain if isinstance(e, redis.exceptions.AuthenticationError)), None)
-    if auth is not None or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-        why = auth if auth is not None else exc  # redis-py's own words, never the password
-        return f"the server{at} refused the login (wrong or missing password or user name): {why}"
-    if isinstance(exc, UNREACHABLE) or cluster_unreachable(exc):
-        cause = exc.__cause__ if isinstance(exc, ServerUnreachable) and exc.__cause__ else exc
-        if cluster_unreachable(cause):  # redis-py's words, then the last node's error
-            return f"cannot reach any node of the cluster{at}: {cause.__cause__ or cause}"
-        return f"cannot reach the server{at}: {cause}"
-    if isinstance(exc, EmqError):
-        return str(exc)
-    if isinstance(exc, redis.RedisError):
-        return f"the server{at} replied with an error: {exc}"
-    if isinstance(exc, OSError):
-        return str(exc)
-    sqlite3 = sys.modules.get("sqlite3")  # not imported: no floor was opened, no such error
-    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
-        return f"the floor (SQLite) failed: {exc}"
-    return None
-
-
-PIPE_CLOSED = 141
-"""The exit code after stdout's reader left (``emq events tail Q | head -1``): 128 + SIGPIPE,
-what a shell reports for any program stopped that way."""
-
-
-def stdout_closed(ctx: click.Context) -> NoReturn:
-    """Exit :data:`PIPE_CLOSED` with nothing on stderr: not an error of the server or of the
-    command. stdout is pointed at /dev/null first, so the interpreter's last flush is quiet."""
-    with contextlib.suppress(OSError, ValueError):  # ValueError: no file descriptor (a test)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    ctx.exit(PIPE_CLOSED)
-
-
 def _pipe_closed() -> None:
-    """Rich's hook for a write that met a closed pipe: raised on, for :func:`guarded`."""
+    """Rich's hook for a write that met a closed pipe: raised on, for
+    :func:`emq.cli.guard.guarded`."""
     raise BrokenPipeError(errno.EPIPE, "stdout was closed")
-
-
-class EmqGroup(click.Group):
-    """The ``emq`` group. Every command (and every sub-group) runs inside it, so this is the
-    one place that turns a refusal into ``error: <one line>`` on stderr and exit code 2,
-    instead of a traceback; long values in the line are cut (:func:`clip`)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        return guarded(ctx, lambda: super(EmqGroup, self).invoke(ctx))
-
-
-def guarded(ctx: click.Context, call: Callable[[], T]) -> T:
-    """Run a command: a refusal becomes ``error: <one line>`` and exit code 2; a stdout
-    whose reader went away ends it quietly (:func:`stdout_closed`)."""
-    try:
-        return call()
-    except click.ClickException as exc:
-        vars(exc)["message"] = clip(exc.message)
-        raise
-    except BrokenPipeError:  # the server's own errors come wrapped by redis-py: this is stdout
-        stdout_closed(ctx)
-    except Exception as exc:
-        message = failure_line(exc, ctx.meta.get(URL_KEY))
-        if message is None:
-            raise
-        error(message)
-        ctx.exit(2)

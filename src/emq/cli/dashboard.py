@@ -2,21 +2,30 @@
 
 It binds to loopback unless told otherwise, and refuses any other host unless
 ``EMQ_DASHBOARD_TOKEN`` is set (every page then asks for the token once). The web stack is
-the ``emq[dashboard]`` extra, imported only when this command runs.
+the ``emq[dashboard]`` extra, imported only when this command runs. SIGTERM or SIGINT stops
+it gracefully, exit 0; a second signal stops it at once, exit 130 (docs/cli.md, Exit codes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
 
 from ..errors import EmqError
 from .common import resolve_url, say, url_option
+from .exits import DONE, INTERRUPTED
 
 TOKEN_ENV = "EMQ_DASHBOARD_TOKEN"
 MIN_TOKEN = 16  # characters: a shorter token is refused off loopback
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -75,7 +84,7 @@ def dashboard(
     shown = f"[{host}]" if ":" in host else host
     mode = " (read-only)" if read_only else ""
     say(f"emq dashboard on http://{shown}:{port}/{mode}; Ctrl-C stops it")
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -83,6 +92,35 @@ def dashboard(
         timeout_graceful_shutdown=2,
         proxy_headers=False,
     )
+    sys.exit(serve(config))
+
+
+def serve(config: Any) -> int:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully (open requests get up to the
+    config's grace period) and return :data:`~emq.cli.exits.DONE`; a second signal stops it
+    at once: :data:`~emq.cli.exits.INTERRUPTED`. uvicorn's own handlers would raise the
+    signal again once it stopped (the process then dies of it: 143 for SIGTERM)."""
+    import uvicorn
+
+    stops: list[int] = []
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            before = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
+        def on_signal(self, sig: int, frame: FrameType | None) -> None:
+            stops.append(sig)
+            self.force_exit = self.should_exit  # the second one: at once
+            self.should_exit = True
+
+    Server(config).run()
+    return INTERRUPTED if len(stops) > 1 else DONE
 
 
 def register(group: click.Group) -> None:

@@ -4,9 +4,10 @@
 ``emq obliterate QUEUE`` asks before it deletes anything: on a terminal it shows the queue's
 counts and waits for a yes; off a terminal (a script, a pipe, cron) it is refused unless
 ``--yes`` is given, so nothing deletes a queue by accident. A queue with leased jobs is refused
-unless ``--force`` (their workers' acks then answer that the job is gone). Once the queue's keys
-are gone its name leaves the known queues (``Queue.obliterate``), so ``emq stats``, the
-dashboard and ``/metrics`` stop listing it.
+unless ``--force`` (their workers' acks then answer that the job is gone), exit 3; a name that
+is neither a known queue nor holds any key (a typo) is refused, exit 2, with nothing written.
+Once the queue's keys are gone its name leaves the known queues (``Queue.obliterate``), so
+``emq stats``, the dashboard and ``/metrics`` stop listing it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ import click
 from ..errors import InvalidOption, JobNotFound, WrongState
 from ..model.keys import check_queue_name
 from ..server.clients import close_client
-from .common import connect, emit_json, json_option, open_routed, resolve_url, say, url_option
+from .common import (
+    connect,
+    emit_json,
+    json_option,
+    open_routed,
+    require_queue,
+    resolve_url,
+    say,
+    url_option,
+)
+from .exits import StillLive
+from .guard import declined
 
 
 def _summary(counts: dict[str, int]) -> str:
@@ -39,26 +51,25 @@ def obliterate(queue: str, yes: bool, force: bool, url: str | None, as_json: boo
 
     \b
     Asks first on a terminal; off a terminal it is refused without --yes. A queue with
-    leased jobs is refused unless --force."""
-    if not yes and not sys.stdin.isatty():
-        raise InvalidOption(
-            f"obliterate deletes every job of {queue!r} and cannot be undone; stdin is not a "
-            "terminal to ask on: pass --yes to confirm"
-        )
+    leased jobs is refused unless --force (exit 3); a queue that is not there, exit 2."""
     with open_routed(url, queue) as q:
+        require_queue(q.client, queue, "nothing deleted")
+        if not yes and not sys.stdin.isatty():
+            raise InvalidOption(
+                f"obliterate deletes every job of {queue!r} and cannot be undone; stdin is not "
+                "a terminal to ask on: pass --yes to confirm"
+            )
         if not yes:
             counts = q.counts()
-            click.confirm(
-                f"Delete queue {queue!r} ({_summary(counts)}) and everything it holds?",
-                abort=True,
-                err=True,
-            )
+            asked = f"Delete queue {queue!r} ({_summary(counts)}) and everything it holds?"
+            if not click.confirm(asked, err=True):
+                declined(click.get_current_context(), f"queue {queue!r} was not deleted")
         try:
             deleted = q.obliterate(force=force)
-        except WrongState as exc:
-            raise WrongState(
+        except WrongState:  # the script's refusal, said once in the command line's words
+            raise StillLive(
                 f"{queue} has leased jobs: stop its workers first, or pass --force to delete "
-                f"them too (their workers' acks then fail) ({exc})"
+                "them too (their workers' acks then fail); nothing deleted"
             ) from None
     if as_json:
         emit_json({"queue": queue, "deleted": deleted, "obliterated": True})
@@ -111,7 +122,7 @@ def forget(queues: tuple[str, ...], url: str | None, as_json: bool) -> None:
     finally:
         close_client(client)
     if refused:
-        raise WrongState(
+        raise StillLive(
             f"not forgotten: {', '.join(refused)} still has keys (jobs, events, counters or "
             "settings): obliterate it first (emq obliterate QUEUE)"
             + (f"; forgotten: {', '.join(q for q in queues if q not in refused)}"

@@ -1,12 +1,19 @@
 """``emq demo``: workers crash, freeze and die on a poison job, and nothing is lost.
 
-A guided run on the embedded server (or ``--url``), in under a minute, with no flags: enqueue
-a few hundred jobs, run three worker processes (``emq worker``), SIGKILL one mid-job, SIGSTOP
+A guided run on the embedded server (or ``--url``), in about 15 s, with no flags: enqueue a
+few hundred jobs, run three worker processes (``emq worker``), SIGKILL one mid-job, SIGSTOP
 another past its lease and resume it, and feed them a poison job that kills whichever worker
 runs it. A live table shows jobs moving pending -> active -> completed, the stalls the sweep
 recovers (once each), the poison job dead-lettered after ``max_stalled`` stalls, and the
 frozen worker's stale lease refused. The summary checks that every job was completed or
-dead-lettered; the command exits 1 if anything was lost.
+dead-lettered, and that only the poison job was; the command exits 1 if anything was lost.
+
+One disruption at a time, so that only the poison job stalls twice: a stall sends a job back
+to the head of ``pending``, where the next worker to claim takes it, so a job that stalled
+once is likely held by whichever worker the next disruption hits, and its second stall
+dead-letters it (``max_stalled`` 2). So the freeze waits until the jobs the kill stalled have
+ended, and the poison job comes once every other job has: the two workers it kills hold
+nothing else.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from ..model.states import Location
 from ..queue._sync.queue import Queue
 from ..server.urls import redact_url
 from .common import console, embedded_home, emit_json, line, resolve_url, say, url_option
+from .exits import DONE, NO
 
 JOBS = 300
 WORKERS = 3
@@ -40,7 +48,7 @@ CONCURRENCY = 3
 LEASE_MS = 1500
 STALLED_MS = 500
 MAX_STALLED = 2
-KILL_AT, POISON_AT, STOP_AT, CONT_AT = 1.5, 2.5, 3.5, 7.0
+KILL_AT, STOP_AT, CONT_AT = 1.5, 3.5, 7.0  # the poison comes once the other jobs ended
 TIME_LIMIT = 50.0
 CONT_GRACE_S = 20.0  # at most this long past CONT_AT, waiting for a sweep of its leases
 
@@ -110,14 +118,13 @@ class Fleet:
         return [s for s in self.slots if s.state in ("running", "stopped", "resumed")]
 
     def wait_started(self, limit_s: float = 60.0) -> None:
-        """Wait until every worker logged that it is up (a busy machine may take seconds
-        to import), then start the story's clock."""
+        """Wait until every live worker logged that it is up (a busy machine may take
+        seconds to import): one SIGTERM'd while it imports would die of it, not stop."""
         deadline = time.monotonic() + limit_s
-        while not all(s.started for s in self.slots) and time.monotonic() < deadline:
+        while not all(s.started for s in self.alive()) and time.monotonic() < deadline:
             for slot in self.slots:
                 self._read(slot)
             time.sleep(0.05)
-        self.t0 = time.monotonic()
 
     def supervise(self) -> None:
         for slot in self.alive():
@@ -206,8 +213,10 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
         for _ in range(WORKERS):
             fleet.spawn()
         fleet.wait_started()  # the story's clock starts once they are up, however busy the
+        fleet.t0 = time.monotonic()
         fleet.say(f"started {WORKERS} workers ({CONCURRENCY} jobs at a time each)")  # machine
         poison_id, total, killed, frozen = "", JOBS, None, None
+        watch = Stalls(q)
         stopped_at = resumed_at = 0.0
         counts = q.counts()
         with Live(_view(fleet, counts, total), console=console, refresh_per_second=8,
@@ -220,12 +229,15 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
                     killed.state = "killed"
                     fleet.say(f"SIGKILL {killed.label} mid-job: its leases will lapse")
                     fleet.say(f"supervisor started {fleet.spawn().label} in its place")
-                if not poison_id and t >= POISON_AT:
+                watch.read()
+                ended = counts["completed"] + counts["dead"] == JOBS  # every resize job
+                if not poison_id and resumed_at and ended:
                     poison_id = q.enqueue("poison", None, priority=-1)
                     total += 1
                     fleet.say(f"enqueued poison job {poison_id}: it kills any worker")
                 up = [s for s in fleet.alive() if s.state == "running" and s.started]
-                if frozen is None and t >= STOP_AT and up:  # one that holds leases by now
+                if (frozen is None and t >= STOP_AT and up and (watch.jobs or t >= CONT_AT)
+                        and watch.settled()):  # once the kill's stalled jobs ended  # fmt: skip
                     frozen, stopped_at = up[0], t
                     os.kill(frozen.proc.pid, signal.SIGSTOP)
                     frozen.state = "stopped"
@@ -238,15 +250,13 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
                     frozen.state = "resumed"
                     fleet.say(f"SIGCONT {frozen.label}: it wakes up and tries to finish")
                 fleet.supervise()
-                if frozen is not None and frozen.state == "killed":  # the poison got it
-                    frozen = None  # first: freeze another one
                 counts = q.counts()
                 live.update(_view(fleet, counts, total))
                 settled = counts["completed"] + counts["dead"] == total and poison_id
-                if (settled and frozen is not None and frozen.state == "resumed"
-                        and t >= resumed_at + 1.0) or t > TIME_LIMIT:  # fmt: skip
+                if (settled and resumed_at and t >= resumed_at + 1.0) or t > TIME_LIMIT:
                     break
                 time.sleep(0.1)
+            fleet.wait_started()  # the poison's last victim's replacement too
             fleet.say("SIGTERM to every worker: graceful stop")
             fleet.stop_all()
             counts = q.counts()
@@ -254,6 +264,28 @@ def run_demo(url: str, name: str = "demo") -> dict[str, Any]:
         summary = _summary(q, fleet, counts, total, poison_id, frozen)
     q.close()
     return summary
+
+
+class Stalls:
+    """The jobs that stalled so far, read from the queue's event stream (the server's word:
+    a worker's log can miss a report), and whether every one of them has ended."""
+
+    def __init__(self, q: Queue) -> None:
+        self.q, self.after, self.jobs = q, "0-0", set[str]()
+
+    def read(self) -> None:
+        for e in self.q.events(self.after):
+            self.after = e.id
+            if e.event == "stalled" and e.job is not None:
+                self.jobs.add(e.job)
+
+    def settled(self) -> bool:
+        """No job that stalled is still live (its row is gone once it completed), and no
+        expired lease waits for a sweep: the next disruption hits only fresh jobs."""
+        if _lapsed(self.q):
+            return False
+        ended = {j for j in self.jobs if (row := self.q.job(j)) is None or row.state == "dead"}
+        return ended == self.jobs
 
 
 def _lapsed(q: Queue) -> int:
@@ -306,6 +338,8 @@ def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_
         is not None
         and refused,
         "every worker left stopped cleanly on SIGTERM (exit 0)": all(c == 0 for c in fleet.exits),
+        "only the poison job was dead-lettered": [j.id for j in q.jobs("dead", 0, 1000)]
+        == [poison_id],
     }
     console.print()
     console.rule("summary")
@@ -350,7 +384,7 @@ def demo(url: str | None, as_json: bool) -> None:
             f"the embedded server is still running at {redact_url(resolved)} (data in {home}), "
             "with the demo queue to look at (`emq stats demo`); stop it: `emq server stop`"
         )
-    sys.exit(0 if summary["ok"] else 1)
+    sys.exit(DONE if summary["ok"] else NO)
 
 
 def register(group: click.Group) -> None:

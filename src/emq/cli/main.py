@@ -163,8 +163,9 @@ def _short(name: str, text: str, width: int) -> str:
 
 
 class LazyGroup(click.Group):
-    """Loads a command's module on first use; refusals become ``error: <one line>`` (exit
-    2) as in :class:`~emq.cli.common.EmqGroup`."""
+    """Loads a command's module on first use. Every command runs inside
+    :func:`~emq.cli.guard.guarded`: a usage error or a refusal is one ``error: <line>`` and
+    the exit code of :mod:`emq.cli.exits` (docs/cli.md, Exit codes)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -182,11 +183,16 @@ class LazyGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # the group's own options are flags: its first other argument names the command
         ctx.meta[COMMAND_KEY] = next((a for a in args if not a.startswith("-")), None)
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as exc:  # `emq --bogus`: one line, as for a command's
+            from .guard import refuse_usage
+
+            refuse_usage(ctx, exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         import_redis(ctx.meta.get(COMMAND_KEY))
-        from .common import guarded
+        from .guard import guarded
 
         return guarded(ctx, lambda: super(LazyGroup, self).invoke(ctx))
 

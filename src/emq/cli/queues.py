@@ -14,7 +14,7 @@ import click
 from ..errors import InvalidPayload
 from ..model.config import MAX_STALLED
 from ..model.records import Job
-from ..model.states import STATE_OF_LOCATION, Location
+from ..model.states import LISTING, STATE_OF_LOCATION, Location
 from ..server.clients import close_client
 from ..server.discovery import queue_names
 from .common import (
@@ -31,6 +31,7 @@ from .common import (
     table,
     url_option,
 )
+from .exits import NotFound
 from .lanes import stats_limits
 from .times import iso, relative, when
 
@@ -39,11 +40,6 @@ if TYPE_CHECKING:
 
     from ..queue._sync.partitions import PartitionedQueue
     from ..queue._sync.queue import Queue
-
-# `emq jobs QUEUE WHERE`: a job's state (`scheduled`) or the name of its set (`schedule`).
-LOCATIONS: dict[str, Location] = {STATE_OF_LOCATION[loc].value: loc for loc in Location} | {
-    loc.value: loc for loc in Location
-}
 
 
 def _job_dict(job: Job) -> dict[str, Any]:
@@ -229,7 +225,7 @@ def stats(queue: str | None, show_parts: bool, url: str | None, as_json: bool) -
 
 @click.command()
 @click.argument("queue")
-@click.argument("location", metavar="STATE", type=click.Choice([*LOCATIONS, "completed"]))
+@click.argument("location", metavar="STATE", type=click.Choice(list(LISTING)))
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many first.")
 @click.option("--limit", type=int, default=50, show_default=True, help="List at most this many.")
 @url_option
@@ -242,14 +238,14 @@ def jobs(
 
     \b
     `schedule`, the name of the scheduled jobs' set, is accepted too."""
-    where = LOCATIONS.get(location)
+    where = LISTING[location]
     with open_routed(url, queue) as q:
-        found = q.jobs(where.value if where else location, offset, limit)
+        found = q.jobs(where, offset, limit)
         now = 0 if as_json else server_now(q)
     if as_json:
         emit_json({"jobs": [_job_dict(j) for j in found]})
     else:
-        state = STATE_OF_LOCATION[where].value if where else location
+        state = where if where == "completed" else STATE_OF_LOCATION[Location(where)].value
         show(_jobs_table(f"{queue} / {state}", state, found, now))
 
 
@@ -267,12 +263,17 @@ def job(queue: str, job_id: str, with_logs: bool, url: str | None, as_json: bool
         logs = [asdict(x) for x in q.job_logs(job_id)] if with_logs else None
         now = 0 if as_json or found is None else server_now(q)
     if found is None:
-        if as_json:
-            emit_json({"id": job_id, "found": False, **({} if logs is None else {"logs": logs})})
+        if not logs:  # no row, and no lines either: nothing to show (exit 2, as remove)
+            raise NotFound(
+                f"no job {job_id} in {queue} (a completed job is deleted unless "
+                "it was kept)" + ("; and no log lines of it" if with_logs else "")
+            )
+        if as_json:  # the lines asked for were found: not an error
+            emit_json({"id": job_id, "found": False, "logs": logs})
         else:
             say(job_id, ": no such job (completed jobs are deleted)")
             _say_logs(logs)
-        raise SystemExit(0 if logs else 1)  # the lines asked for were found: not an error
+        return
     if as_json:
         emit_json({**_job_dict(found), **({} if logs is None else {"logs": logs})})
         return

@@ -33,6 +33,7 @@ from .common import (
     show,
     url_option,
 )
+from .exits import DONE, NO
 
 MODE_CHOICE = click.Choice([*MODES, "both"])
 HEADERS = {
@@ -207,7 +208,7 @@ def explore_cmd(mode: str, url: str | None, as_json: bool) -> None:
                         (row.examples[column], "dim"),
                     )
     atomic_dirty = any(not row.clean for row in rows if row.mode == "atomic")
-    sys.exit(1 if atomic_dirty else 0)
+    sys.exit(NO if atomic_dirty else DONE)
 
 
 def stress_table(rows: list[StressResult]) -> Table:
@@ -249,7 +250,7 @@ def stress_cmd(
         emit_json({"rows": [r.as_dict() for r in rows]})
     else:
         show(stress_table(rows))
-    sys.exit(1 if any(not r.clean for r in rows if r.mode == "atomic") else 0)
+    sys.exit(NO if any(not r.clean for r in rows if r.mode == "atomic") else DONE)
 
 
 def register(group: click.Group) -> None:

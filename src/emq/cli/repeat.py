@@ -1,7 +1,8 @@
 """``emq repeat QUEUE list|add|remove``: a queue's repeating schedules (docs/control.md).
 
 ``add`` is ``Queue.repeat``: idempotent by key (the same flags again change nothing, not even
-the next tick), bad flags one error line and exit 2 with nothing written.
+the next tick), bad flags one error line and exit 2 with nothing written; ``remove`` of a key
+that is not there is one error line and exit 2 too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import click
 
 from ..calls.repeats import CATCH_UPS, Repeat
 from .common import emit_json, json_option, open_queue, row, say, show, table, url_option
+from .exits import NotFound
 from .lanes import server_ms
 from .queues import read_payload
 
@@ -109,15 +111,16 @@ def add(
 @json_option
 @click.pass_obj
 def remove(queue: str, key: str, url: str | None, as_json: bool) -> None:
-    """Remove schedule KEY: no tick of it fires after this (its jobs stay). Exit 1 if none."""
+    """Remove schedule KEY: no tick of it fires after this (its jobs stay). An unknown KEY is
+    one error line, exit 2."""
     with open_queue(url, queue) as q:
         removed = q.unrepeat(key)
+    if not removed:
+        raise NotFound(f"no repeating schedule {key!r} on {queue} (emq repeat {queue} list)")
     if as_json:
         emit_json({"queue": queue, "key": key, "removed": removed})
     else:
-        say(queue, " repeat ", key, ": ", "removed" if removed else "no such schedule")
-    if not removed:
-        raise SystemExit(1)
+        say(queue, " repeat ", key, ": removed")
 
 
 def register(group: click.Group) -> None:

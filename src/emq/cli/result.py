@@ -14,9 +14,7 @@ import click
 
 from ..errors import JobCancelled, JobDead, ResultTimeout
 from .common import emit_json, json_option, one_line, open_routed, say, url_option
-
-DEAD_EXIT = 1
-LIVE_EXIT = 3
+from .exits import LIVE, NO
 
 
 @click.command()
@@ -44,13 +42,13 @@ def result(queue: str, job_id: str, wait_s: float, url: str | None, as_json: boo
                 emit_json({"id": job_id, "state": state, "error": exc.error})
             else:
                 say(job_id, f" ended {state}: ", one_line(exc.error))
-            raise SystemExit(DEAD_EXIT) from None
+            raise SystemExit(NO) from None
         except ResultTimeout as exc:
             if as_json:
                 emit_json({"id": job_id, "state": "live", "waited_s": wait_s})
             else:
                 say(str(exc))
-            raise SystemExit(LIVE_EXIT) from None
+            raise SystemExit(LIVE) from None
     if as_json:
         emit_json({"id": job_id, "state": "completed", "result": value})
     else:

@@ -22,6 +22,7 @@ from ..server.urls import redact_url
 if TYPE_CHECKING:
     from ..embedded.sentinel import EmbeddedSentinel
 from .common import console, emit_json, json_option
+from .exits import NO
 
 
 def _home(data_dir: str | None) -> Path:
@@ -183,7 +184,7 @@ def status(data_dir: str | None, cluster: bool, as_json: bool) -> None:
                 state = f"{n.role} on port {n.port}" if n.running else "stopped"
                 console.print(f"node {n.index}: {state}", markup=False, highlight=False)
         if not nodes or not all(n.running for n in nodes):
-            sys.exit(1)
+            sys.exit(NO)
         return
     st = _server(data_dir).status()
     if as_json:
@@ -192,7 +193,7 @@ def status(data_dir: str | None, cluster: bool, as_json: bool) -> None:
         shown = st.note + (f" at {st.url} (pid {st.pid})" if st.running else "")
         console.print(shown, markup=False, highlight=False)
     if not st.running:
-        sys.exit(1)
+        sys.exit(NO)
 
 
 @server.command()

@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidOption, WrongState
+from ..errors import InvalidOption
 from ..model.layout import LAYOUT
 from ..observe.registry import list_workers
-from .common import emit_json, json_option, open_queue, say, url_option
+from .common import emit_json, json_option, open_queue, require_queue, say, url_option
+from .exits import StillLive
 
 
 def _keep(text: str | None) -> tuple[int, int] | None:
@@ -96,12 +97,14 @@ def upgrade(queue: str, force: bool, url: str | None, as_json: bool) -> None:
     Layout versions).
 
     \b
-    Refused while a live worker of an older emq serves QUEUE, unless --force."""
+    Refused while a live worker of an older emq serves QUEUE, unless --force (exit 3); a
+    queue that is not there, exit 2."""
     with open_queue(url, queue) as q:
+        require_queue(q.client, queue, "nothing upgraded")
         older = [w for w in list_workers(q.client) if queue in w.queues and w.layout < LAYOUT]
         if older and not force:
             shown = ", ".join(f"{w.host}:{w.pid}" for w in older[:5])
-            raise WrongState(
+            raise StillLive(
                 f"{len(older)} live worker(s) of an older emq serve {queue!r} ({shown}): they "
                 f"read and write keyspace layout {min(w.layout for w in older)} only and would "
                 "stop at their next call; upgrade them first (or pass --force)"

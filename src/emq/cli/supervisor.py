@@ -15,7 +15,8 @@ the process list). The supervisor runs no handler and holds no lease; what it gu
 - **SIGTERM or SIGINT stops every child gracefully**: it is passed on to every child as
   SIGTERM (a worker treats both alike), so each drains as a single worker does; a second
   signal is passed on again, so each stops at once. The supervisor waits for every child,
-  then exits 0 if every child stopped cleanly, 130 after a second signal, else 1.
+  then exits 0 if every child stopped cleanly, 130 after a second signal, else 2
+  (docs/cli.md, Exit codes).
 - **No child outlives it unnoticed**: children run in their own process group (a Ctrl-C at
   the terminal reaches the supervisor alone, which passes it on once), and on Linux each
   child gets SIGTERM from the kernel if the supervisor itself dies (SIGKILL included).
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from ..worker.log import event
+from .exits import DONE, ERROR, INTERRUPTED
 
 MAX_PROCESSES = 256
 RESTART_MIN_S = 0.5
@@ -139,7 +141,7 @@ class Supervisor:
             signal.set_wakeup_fd(old_fd)
             os.close(rfd)
             os.close(wfd)
-        code = 130 if self.stops > 1 else (1 if self.failed else 0)
+        code = INTERRUPTED if self.stops > 1 else (ERROR if self.failed else DONE)
         event(self.log, "info", "supervisor stopped", "supervisor_stopped", code=code,
               restarts=sum(s.restarts for s in self.slots))  # fmt: skip
         return code
@@ -191,7 +193,7 @@ class Supervisor:
         slot.proc = None
         fields = {"child": pid, "slot": slot.index, **describe(code), "ran_ms": round(ran * 1000)}
         if self.stops:  # stopping: SIGTERM before the child's handlers were up counts as clean
-            clean = code in (0, -signal.SIGTERM) or (code == 130 and self.stops > 1)
+            clean = code in (0, -signal.SIGTERM) or (code == INTERRUPTED and self.stops > 1)
             self.failed |= not clean
             level = "info" if clean else "warning"
             event(self.log, level, f"worker process {pid} exited", "child_exited",

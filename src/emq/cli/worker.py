@@ -33,6 +33,7 @@ from ..worker import Worker
 from ..worker.startup import not_up_yet
 from ..worker.tasks import Tasks
 from .common import connect, resolve_url, url_option
+from .exits import DONE, INTERRUPTED
 from .logsetup import apply_log_config, setup_logging
 from .supervisor import MAX_PROCESSES, Supervisor
 
@@ -242,7 +243,7 @@ def worker(
         args = child_args(click.get_current_context())
         sys.exit(Supervisor(args, processes, env).run())
     w.run_sync(handle_signals=True)
-    code = 130 if w.forced else 0
+    code = INTERRUPTED if w.forced else DONE
     if w.forced or w.stats.abandoned:
         # handler threads that outlived their attempt (or a forced stop) cannot be joined:
         # run the atexit handlers ourselves, then leave without waiting for those threads

@@ -22,13 +22,13 @@ from starlette.responses import Response
 
 from ..errors import EmqError
 from ..model.lanes import DEFAULT_LANE
+from ..model.states import LISTED, listing
 from ..queue._async.queue import AsyncQueue
 from ..server.discovery import ahas_keys, ais_known
 from .jobs import server_ms
 from .live import SHOWN
 from .web import action_form, age, dash, done, render
 
-LOCATIONS = ("pending", "active", "schedule", "waiting", "dead", "completed")
 PAGE_SIZE = 50
 MAX_PAGE = 1_000  # a listing reads its set from the start: deeper, use search
 
@@ -83,8 +83,8 @@ async def queue_page(request: Request) -> Response:
     request.app.state.live.start()
     name = request.path_params["queue"]
     q = await _existing(request, name)
-    location = request.query_params.get("location", "pending")
-    if location not in LOCATIONS:
+    location = listing(request.query_params.get("location", "pending"))
+    if location is None:  # the words of `emq jobs` (docs/cli.md): `scheduled` or `schedule`
         raise HTTPException(404, "no such location")
     page = _page_number(request.query_params.get("page"))
     offset = (page - 1) * PAGE_SIZE
@@ -108,7 +108,7 @@ async def queue_page(request: Request) -> Response:
         "lanes": lanes if any(lane.name != DEFAULT_LANE for lane in lanes) else [],
         "limits": limits,
         "location": location,
-        "locations": LOCATIONS,
+        "locations": LISTED,
         "jobs": jobs[:PAGE_SIZE],
         "page": page,
         "has_next": has_next,

@@ -36,6 +36,24 @@ STATE_OF_LOCATION: dict[Location, JobState] = {
     Location.WAITING: JobState.WAITING,
 }
 
+LISTED: tuple[str, ...] = ("pending", "active", "schedule", "waiting", "dead", "completed")
+"""Where a queue's jobs are listed from (``Queue.jobs``, ``emq jobs``, the dashboard's tabs,
+in this order): every :class:`Location` and ``completed``, the kept completed jobs."""
+
+LISTING: dict[str, str] = {
+    **{str(place): str(place) for place in LISTED},
+    **{str(STATE_OF_LOCATION[loc]): str(loc) for loc in Location},
+}
+"""The one vocabulary of a listing, for the command line and the dashboard alike: each place
+of :data:`LISTED` by its own name or by its jobs' state (``scheduled`` lists ``schedule``),
+mapped to the place's name."""
+
+
+def listing(word: str) -> str | None:
+    """The place of :data:`LISTED` that ``word`` names (see :data:`LISTING`), else None."""
+    return LISTING.get(word)
+
+
 # transition -> (from states, to states). Each entry is one Lua script in emq/lua/.
 TRANSITIONS: dict[str, tuple[frozenset[JobState], frozenset[JobState]]] = {
     "enqueue": (frozenset(), frozenset({JobState.PENDING, JobState.SCHEDULED})),

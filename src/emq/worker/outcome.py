@@ -220,12 +220,48 @@ DISCARD = Discard()
 
 
 def describe(exc: BaseException) -> str:
-    """The error stored in ``last_error``: the exception line first, then the traceback tail."""
-    head = "".join(traceback.format_exception_only(exc)).strip()
-    tail = "".join(traceback.format_exception(exc)).strip()
+    """The error stored in ``last_error``: the exception line first, then the traceback tail.
+
+    An exception of one of emq's public classes is named as a user imports it (``Permanent:
+    ...``, ``LeaseLost: ...``), not by the module that defines it; any other class is named
+    as Python names it (a user's own ``myapp.tasks.PaymentDeclined: ...``, ``ValueError:
+    ...``)."""
+    public = _public_names(exc)
+    head = _renamed("".join(traceback.format_exception_only(exc)).strip(), public)
+    tail = _renamed("".join(traceback.format_exception(exc)).strip(), public)
     if len(tail) > ERROR_TAIL:
         tail = "..." + tail[-ERROR_TAIL:]
     return f"{head}\n{tail}" if tail != head else head
+
+
+def _public_names(exc: BaseException) -> dict[str, str]:
+    """``module.Class`` -> ``Class`` for each exception in ``exc``'s chain whose class ``emq``
+    exports under that name (``emq.Permanent`` is ``emq.worker.options.Permanent``)."""
+    import emq
+
+    names: dict[str, str] = {}
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is short; a cycle ends here
+        if seen is None:
+            break
+        cls, name = type(seen), type(seen).__name__
+        if name in emq.__all__ and getattr(emq, name, None) is cls and cls.__module__ != "emq":
+            names[f"{cls.__module__}.{cls.__qualname__}"] = cls.__qualname__
+        seen = seen.__cause__ or seen.__context__
+    return names
+
+
+def _renamed(text: str, names: dict[str, str]) -> str:
+    """``text`` with each line that starts with a name of ``names`` (an exception's line in a
+    traceback: ``emq.worker.options.Permanent: ...``) starting with its short name."""
+    if not names:
+        return text
+    lines = text.split("\n")
+    for i, ln in enumerate(lines):
+        for full, short in names.items():
+            if ln == full or ln.startswith(f"{full}:"):
+                lines[i] = short + ln[len(full) :]
+    return "\n".join(lines)
 
 
 def failed(
