@@ -15,7 +15,7 @@ from emq.calls.flows import deliver_call, flow_plan, flow_steps
 from emq.calls.jobs import QueueCore, node_lease
 from emq.calls.results import await_result
 from emq.calls.settings import settings_call, upgrade
-from emq.lua.compose import flags_of
+from emq.lua.compose import flags_of, runs_of
 from emq.lua.scripts import SCRIPTS, parse_header, quiet
 from emq.model.records import JobSpec
 
@@ -37,6 +37,7 @@ SAMPLES = {
     "claim": core.claim(5, 1000),
     "extend": core.extend([(ID, 1), (ID, 2)], 1000),
     "complete": core.complete([(ID, 1), (ID, 2)]),
+    "complete_claim": core.complete_claim(core.complete([(ID, 1), (ID, 2)]), core.claim(5, 1000)),
     "fail": core.fail([(ID, 1, "x", True, None), (ID, 2, "y", False, None)]),
     "delay": core.delay([(ID, 1, 0), (ID, 2, 5, 100, "tenant-1")]),
     "promote": core.promote_due(10),
@@ -87,7 +88,10 @@ def test_header_matches_binding(name: str) -> None:
         assert key.endswith(declared) or per_job or declared == "node", f"{name}: {key}"
     fixed = len(header.args)
     assert len(call.args) >= fixed
-    if header.group:
+    runs = runs_of(f"{name}.lua", script.source.split("\n", 1)[1])
+    if runs:  # after its own ARGV, the ARGV of each script it runs
+        assert len(call.args) - fixed == sum(len(SAMPLES[part].args) for part in runs)
+    elif header.group:
         assert (len(call.args) - fixed) % len(header.group) == 0
         assert len(call.args) - fixed == 2 * len(header.group), "sample holds two groups"
     else:

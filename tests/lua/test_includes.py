@@ -16,7 +16,16 @@ from redis.exceptions import ResponseError
 from emq import Queue
 from emq.calls.jobs import QueueCore
 from emq.errors import ScriptError
-from emq.lua.compose import SHEBANG, compose, includes_of, library, located, order, place
+from emq.lua.compose import (
+    SHEBANG,
+    compose,
+    includes_of,
+    library,
+    located,
+    order,
+    place,
+    runs_of,
+)
 from emq.lua.scripts import LIBRARY, SCRIPTS, Script, build, refusal, run
 
 from ..support.helpers import assert_consistent, where
@@ -129,9 +138,12 @@ def test_the_composed_text_is_what_is_hashed_and_sent(name: str) -> None:
     script, text = SCRIPTS[name], FILES[f"{name}.lua"]
     head = text[: len(text) - len(body(text))]
     parts = [LIBRARY[inc].text for inc in script.includes]
+    runs = runs_of(f"{name}.lua", text)
+    parts += [f"local function run_{r}(KEYS, ARGV)\n{body(FILES[f'{r}.lua'])}end\n" for r in runs]
     assert script.source == SHEBANG + head + "".join(parts) + body(text)
     assert script.sha == hashlib.sha1(script.source.encode()).hexdigest()
-    assert script.includes == order(script.header.includes, LIBRARY, name)
+    needs = {*script.header.includes, *(i for r in runs for i in SCRIPTS[r].header.includes)}
+    assert script.includes == order(sorted(needs), LIBRARY, name)
     assert len(set(script.includes)) == len(script.includes), "each include once"
     for i, inc in enumerate(script.includes):
         assert set(LIBRARY[inc].needs) <= set(script.includes[:i]), f"{inc} after its needs"
@@ -142,8 +154,11 @@ def test_the_line_map_tells_every_line_of_the_composed_text(name: str) -> None:
     script = SCRIPTS[name]
     lines = script.source.splitlines()
     assert lines[0] == SHEBANG.strip() and place(script.spans, 1) is None
+    wrappers = {f"local function run_{r}(KEYS, ARGV)" for r in runs_of(name, FILES[f"{name}.lua"])}
     for n, line in enumerate(lines[1:], start=2):
         where = place(script.spans, n)
+        if where is None and wrappers and (line in wrappers or line == "end"):
+            continue  # the function around a script it runs (emq.lua.compose, Runs)
         assert where is not None, f"{name}: composed line {n} has no place"
         file, at = where
         assert FILES[file].splitlines()[at - 1] == line, f"{name}: line {n} is not {file}:{at}"

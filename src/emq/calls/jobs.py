@@ -146,6 +146,24 @@ class QueueCore:
             _decode_claimed,
         )
 
+    def complete_claim(
+        self, done: Call[list[Answer]], claim: Call[Claims]
+    ) -> Call[tuple[list[Answer], Claims]]:
+        """``done`` (:meth:`complete` or :meth:`complete_keeping`) and then ``claim``
+        (:meth:`claim`) in one step (lua/complete_claim.lua): each part runs its own
+        script's code on the KEYS and ARGV of its own call, so it keeps every safety belt
+        of that script; the reply is the parts' replies, decoded by their own decoders."""
+        if done.script != "complete" or claim.script != "claim":
+            raise ValueError("complete_claim joins a complete call and a claim call")
+        k = self.keys
+        keys = [k.active, k.metrics, k.events, k.meta, k.completed, k.pending, k.schedule]
+        assert done.keys == keys[:5] and claim.keys == [keys[i] for i in (5, 0, 6, 3, 2, 1)]
+
+        def decode(reply: list[Any]) -> tuple[list[Answer], Claims]:
+            return done.decode(reply[0]), claim.decode(reply[1])
+
+        return Call("complete_claim", keys, [len(done.args), *done.args, *claim.args], decode)
+
     def extend(self, pairs: Iterable[tuple[str, int]], lease_ms: int) -> Call[list[int | Answer]]:
         """Per job: the new deadline (server ms), or ``Answer.LOST`` / ``Answer.GONE``."""
         check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS, "ms")

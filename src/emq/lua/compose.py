@@ -8,6 +8,12 @@ then the script's body, and keeps a line map, so the line ``user_script:<N>`` of
 can be told as the script's own line, ``claim.lua:135``, or an include's,
 ``includes/lanes.lua:40`` (:func:`located`).
 
+A script that joins other transitions in one step names them in one line right before its
+``-- Includes:`` line, ``-- Runs: complete, claim`` (:func:`runs_of`): each named script's body
+is composed, after the includes, as ``local function run_<name>(KEYS, ARGV)`` (its own
+``KEYS`` and ``ARGV``, its ``return`` the function's), with the includes it names, so the
+joined step runs exactly the code of its parts and a part never drifts from its own script.
+
 A script that may run while the server is at ``maxmemory`` says so in its header, in one line
 right before its ``-- Includes:`` line, ``-- Flags: allow-oom`` (:func:`flags_of`); it is then
 composed twice, identical but for line 1: ``#!lua``, sent first (the server refuses it whole
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 SHEBANG = "#!lua\n"  # line 1 of every script: the server refuses it whole while out of memory
 INCLUDES = "-- Includes:"
 FLAGS = "-- Flags:"
+RUNS = "-- Runs:"
 ALLOW_OOM = "allow-oom"  # runs at maxmemory: the script must then append nothing (scripts.py)
 KNOWN_FLAGS = (ALLOW_OOM,)
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -97,6 +104,18 @@ def flags_of(file: str, text: str) -> tuple[str, ...]:
     return names
 
 
+def runs_of(file: str, text: str) -> tuple[str, ...]:
+    """The scripts on the ``-- Runs:`` line of a file's leading comment block, () when it has
+    none; ValueError for a second such line or a name that breaks the grammar."""
+    found = [line for line in _leading_comments(text) if line.startswith(RUNS)]
+    if not found:
+        return ()
+    names = tuple(found[0][len(RUNS) :].strip().split(", "))
+    if len(found) > 1 or not all(_NAME.fullmatch(n) for n in names) or len(set(names)) < len(names):
+        raise ValueError(f"{file}: the header may have one line '{RUNS} <script>, <script>'")
+    return names
+
+
 def shebang(flags: Iterable[str] = ()) -> str:
     """Line 1 of a composed script: ``#!lua``, with ``flags=...`` when it has some."""
     names = ",".join(flags)
@@ -141,20 +160,43 @@ def order(names: Iterable[str], lib: Mapping[str, Include], file: str) -> tuple[
 
 
 def compose(
-    name: str, text: str, lib: Mapping[str, Include], flags: Iterable[str] = ()
+    name: str,
+    text: str,
+    lib: Mapping[str, Include],
+    flags: Iterable[str] = (),
+    scripts: Mapping[str, str] | None = None,
 ) -> Composed:
     """``#!lua`` (with ``flags``, :func:`shebang`), the header of ``<name>.lua`` (its
-    ``text``), the includes it names with what they need, then its body; with the line map
+    ``text``), the includes it and the scripts it runs name, with what they need, each
+    script it runs (``scripts``: their texts) as a function, then its body; with the line map
     (the same for any ``flags``: they change line 1 only)."""
     lines = text.splitlines(keepends=True)
     h = len(_leading_comments(text))
     parts, spans, at = [shebang(flags), *lines[:h]], [Span(2, h + 1, f"{name}.lua", 1)], h + 2
-    composed = order(includes_of(f"{name}.lua", text), lib, f"{name}.lua")
+    runs = runs_of(f"{name}.lua", text)
+    if runs and scripts is None:
+        raise ValueError(f"{name}.lua runs {', '.join(runs)}: compose needs their texts")
+    bodies = {run: (scripts or {})[run] for run in runs if run in (scripts or {})}
+    if len(bodies) < len(runs):
+        missing = sorted(set(runs) - set(bodies))
+        raise ValueError(f"{name}.lua: no script named {missing[0]!r} to run")
+    needs = [*includes_of(f"{name}.lua", text)]
+    for run, body in bodies.items():
+        needs += includes_of(f"{run}.lua", body)
+    composed = order(sorted(set(needs)), lib, f"{name}.lua")
     for inc in composed:
         n = lib[inc].text.count("\n")
         parts.append(lib[inc].text)
         spans.append(Span(at, at + n - 1, f"includes/{inc}.lua", 1))
         at += n
+    for run, body in bodies.items():
+        run_lines = body.splitlines(keepends=True)
+        rh = len(_leading_comments(body))
+        parts.append(f"local function run_{run}(KEYS, ARGV)\n")
+        parts += run_lines[rh:]
+        parts.append("end\n")
+        spans.append(Span(at + 1, at + len(run_lines) - rh, f"{run}.lua", rh + 1))
+        at += len(run_lines) - rh + 2
     parts += lines[h:]
     spans.append(Span(at, at + len(lines) - h - 1, f"{name}.lua", h + 1))
     return Composed("".join(parts), tuple(spans), composed)

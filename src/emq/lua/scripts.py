@@ -149,14 +149,15 @@ def parse_header(name: str, source: str) -> Header:
     )
 
 
-def build(name: str, text: str, lib: dict[str, Include] | None = None) -> Script:
+def build(name: str, text: str, lib: dict[str, Include] | None = None,
+          scripts: dict[str, str] | None = None) -> Script:  # fmt: skip
     """The script of file ``<name>.lua`` whose text is ``text``: its header parsed, composed
-    with the includes it names (by default the package's), hashed; with its allow-oom shape
-    when its header has the flag."""
+    with the includes it names (by default the package's) and the scripts it runs
+    (``scripts``: their texts), hashed; with its allow-oom shape when its header has the flag."""
     header = parse_header(name, text)
 
     def shape(flags: tuple[str, ...], oom: Script | None) -> Script:
-        composed = compose(name, text, LIBRARY if lib is None else lib, flags)
+        composed = compose(name, text, LIBRARY if lib is None else lib, flags, scripts)
         sha = hashlib.sha1(composed.source.encode("utf-8")).hexdigest()
         return Script(name, composed.source, sha, header, composed.spans, composed.includes, oom)
 
@@ -193,11 +194,10 @@ def _read_includes() -> dict[str, Include]:
 
 
 def _load_all() -> dict[str, Script]:
-    found: dict[str, Script] = {}
-    for entry in resources.files("emq").joinpath("lua").iterdir():
-        if entry.name.endswith(".lua"):
-            found[entry.name[:-4]] = build(entry.name[:-4], entry.read_text(encoding="utf-8"))
-    return found
+    texts = {entry.name[:-4]: entry.read_text(encoding="utf-8")
+             for entry in resources.files("emq").joinpath("lua").iterdir()
+             if entry.name.endswith(".lua")}  # fmt: skip
+    return {name: build(name, text, scripts=texts) for name, text in texts.items()}
 
 
 LIBRARY: dict[str, Include] = _read_includes()

@@ -17,7 +17,13 @@
 --                       id + n - 1 (XSETID) so event i has the position <ms>-<seq + i - 1>
 --                       and the next entry starts above them all; then trims once per call;
 --                       returns reply
-local ev_key, ev_max, ev_emitted, ev_batch = '', 0, false, {}
+-- hold_events(on)       a script that runs others (-- Runs:) holds their events while on:
+--                       finish() then writes the lanes' gathered state but not the events,
+--                       so the parts' events go out in one entry, by the last finish()
+local ev_key, ev_max, ev_emitted, ev_batch, ev_held = '', 0, false, {}, false
+local function hold_events(on)
+  ev_held = on
+end
 local function use_events(k_events, maxlen)
   ev_key, ev_max = k_events, maxlen
 end
@@ -46,7 +52,7 @@ local function ev_append()  -- layout 2: the call's events as one entry; returns
     local ms, seq = string.match(id, '^(%d+)-(%d+)$')
     redis.call('XSETID', ev_key, ms .. '-' .. string.format('%.0f', tonumber(seq) + n - 1))
   end
-  ev_batch = {}
+  ev_batch, ev_emitted = {}, false
   return n
 end
 
@@ -77,7 +83,7 @@ end
 
 local function finish(reply)
   lanes_flush()
-  if ev_emitted then
+  if ev_emitted and not ev_held then
     ev_trim(ev_append())
   end
   return reply

@@ -22,7 +22,6 @@ from ...errors import CancelRequested, EmqError, InvalidOption
 from ...lua import scripts
 from ...model.config import DEFAULT_LEASE_MS, MAX_STALLED, SWEEP_LIMIT, Backoff, QueueOptions
 from ...model.keys import KNOWN_QUEUES
-from ...model.lanes import Rate
 from ...model.records import Answer, Claims, EnqueuedId, JobSpec, SweepResult
 from ...observe import otel
 from ...server import durability
@@ -268,6 +267,26 @@ class Queue(Control, Reads, Settings, ShellBase):
         """Complete many jobs in one step: per job ``COMPLETED``, ``LOST`` or ``GONE``."""
         return self._run(self.core.complete(pairs))
 
+    def complete_and_claim(
+        self,
+        pairs: Iterable[tuple[str, int]],
+        count: int = 1,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        *,
+        request: str | None = None,
+        worker: str = "",
+    ) -> tuple[list[Answer], Claims]:
+        """Complete ``pairs`` and lease up to ``count`` jobs in one step: what
+        :meth:`complete_many` and then :meth:`claim` do, in one call and one round trip (the
+        claim sees the slots the completions freed). A resend with the same ``request`` id
+        completes nothing twice (a job it completed answers ``GONE``) and returns the same
+        jobs, as :meth:`claim` does. With no pairs it is :meth:`claim`."""
+        core, done = self.core, list(pairs)
+        claim = core.claim(count, lease_ms, request, worker)
+        if not done:
+            return [], self._run(claim)
+        return self._run(core.complete_claim(core.complete(done), claim))
+
     def fail(
         self,
         job_id: str,
@@ -347,33 +366,6 @@ class Queue(Control, Reads, Settings, ShellBase):
     def remove(self, job_id: str) -> str:
         """Delete a job wherever it is; returns the location it was in (JobNotFound if none)."""
         return self._run(self.core.remove(job_id))
-
-    def pause(self, lane: str | None = None) -> bool:
-        """Stop claims of the queue, or of one ``lane``; False if it was already paused."""
-        return self._run(self.core.pause(lane))
-
-    def resume(self, lane: str | None = None) -> bool:
-        """Let claims of the queue (or ``lane``) go on; False if it was not paused."""
-        return self._run(self.core.resume(lane))
-
-    def set_limits(
-        self,
-        *,
-        concurrency: int | None = None,
-        rate: Rate | None = None,
-        lane: str | None = None,
-        lane_concurrency: int | None = None,
-        lane_rate: Rate | None = None,
-        weight: int | None = None,
-    ) -> None:
-        """Set every limit of the queue (or, with ``lane``, of that lane) at once, fleet-wide:
-        ``concurrency`` (leased at once), ``rate`` (``(max, per_ms)``: at most ``max`` claims
-        in any ``per_ms`` of server time), ``weight`` (a lane's share of turns), and for the
-        queue the defaults of every lane without its own (``lane_concurrency``,
-        ``lane_rate``). A limit given as 0 or None is cleared (docs/lanes.md)."""
-        limits = dict(concurrency=concurrency, rate=rate, lane=lane, weight=weight)
-        limits.update(lane_concurrency=lane_concurrency, lane_rate=lane_rate)
-        self._run(self.core.set_limits(**limits))
 
     def drain(self, chunk: int = 1000) -> int:
         total = 0

@@ -1,17 +1,18 @@
 # Generated from emq/queue/_async/settings.py by scripts/unasync.py: edit that file instead.
 """``Settings``: the settings stored with a queue (:mod:`emq.calls.settings`), read
 by every process that serves it, stored by the first one opened with explicit options, and
-changed for all with :meth:`Settings.configure`. Mixed into ``Queue``."""
+changed for all with :meth:`Settings.configure`; and the flags and limits every claim
+reads (pause, resume, set_limits). Mixed into ``Queue``."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from ...calls.call import Arg
+from ...calls.call import Arg, Call
 from ...calls.jobs import QueueCore
 from ...calls.settings import (
     REFRESH_S,
@@ -24,7 +25,10 @@ from ...calls.settings import (
 from ...errors import ServerRefused
 from ...lua import scripts
 from ...model.config import QueueOptions
+from ...model.lanes import Rate
 from ...server import durability
+
+T = TypeVar("T")
 
 
 class Settings:
@@ -43,6 +47,8 @@ class Settings:
         def _groups(self, jobs: Iterable[Any]) -> list[list[Arg]]: ...
 
         def _unread(self, exc: ServerRefused) -> None: ...
+
+        def _run(self, call: Call[T]) -> T: ...  # provided by Queue
 
     def settle(self) -> QueueOptions:
         """Read the queue's stored settings and use them from now on (docs/control.md, Queue
@@ -102,3 +108,30 @@ class Settings:
     def _fresh(self) -> None:
         if time.monotonic() - self._settled_at > REFRESH_S:
             self.settle()
+
+    def pause(self, lane: str | None = None) -> bool:
+        """Stop claims of the queue, or of one ``lane``; False if it was already paused."""
+        return self._run(self.core.pause(lane))
+
+    def resume(self, lane: str | None = None) -> bool:
+        """Let claims of the queue (or ``lane``) go on; False if it was not paused."""
+        return self._run(self.core.resume(lane))
+
+    def set_limits(
+        self,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        lane: str | None = None,
+        lane_concurrency: int | None = None,
+        lane_rate: Rate | None = None,
+        weight: int | None = None,
+    ) -> None:
+        """Set every limit of the queue (or, with ``lane``, of that lane) at once, fleet-wide:
+        ``concurrency`` (leased at once), ``rate`` (``(max, per_ms)``: at most ``max`` claims
+        in any ``per_ms`` of server time), ``weight`` (a lane's share of turns), and for the
+        queue the defaults of every lane without its own (``lane_concurrency``,
+        ``lane_rate``). A limit given as 0 or None is cleared (docs/lanes.md)."""
+        limits = dict(concurrency=concurrency, rate=rate, lane=lane, weight=weight)
+        limits.update(lane_concurrency=lane_concurrency, lane_rate=lane_rate)
+        self._run(self.core.set_limits(**limits))
