@@ -77,8 +77,9 @@ def parse() -> argparse.Namespace:
                    "another)")  # fmt: skip
     p.add_argument("--pairs", default="", help=argparse.SUPPRESS)  # one part's cells
     p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
-                   help="measure nothing: write docs/reliability.md's table from these full "
-                   "runs' results (parts of the systems run side by side)")  # fmt: skip
+                   help="measure nothing: write docs/reliability.md's table (the full or the "
+                   "quick one, as the files are) from these runs' results files, of the same "
+                   "sizes (one file, or parts of the systems run side by side)")  # fmt: skip
     a = p.parse_args()
     known = systems_in_order()
     a.systems = known
@@ -237,7 +238,8 @@ def main() -> None:
     if a.merge:
         from lab import report
 
-        report.write_doc(report.merged([Path(m) for m in a.merge], systems_in_order()))
+        paths = [Path(m) for m in a.merge]
+        report.write_doc(report.merged(paths, systems_in_order() + EXTRA, same_sizes=True))
         log("wrote the table into docs/reliability.md")
         return
     ensure_harness()  # re-execs inside benchmarks/.venv when needed

@@ -91,8 +91,9 @@ def measured(rows: Rows) -> str:
                 f"missed**, **{_twice(ok, 'callback_twice')}**, "
                 f"{_each(ok, 'children_unfinished')} children unfinished{said}")  # fmt: skip
     stale = "" if ok[0].get("stale_accepted") is None else (
-        f", {_each(ok, 'stale_accepted')} stale accepted "
-        f"({_each(ok, 'stale_refused')} refused)")  # fmt: skip
+        f", {_each(ok, 'stale_accepted')} stale accepted")  # fmt: skip
+    if stale and ok[0].get("stale_refused") is not None:  # where the system shows its refusals
+        stale += f" ({_each(ok, 'stale_refused')} refused)"
     return (f"{_each(ok, 'acked')} acked ({_each(ok, 'refused')} refused): "
             f"**{_each(ok, 'lost')} lost**, **{_each(ok, 'stuck')} stuck**, "
             f"{_twice(ok, 'ran_twice')}{stale}{said}")  # fmt: skip
@@ -219,7 +220,18 @@ def _head(doc: dict[str, Any]) -> str:
         parts = f" in {doc['parallel']} parts side by side" if doc.get("parallel") else ""
         took = f"; the whole run took {doc['duration_s'] / 60:.0f} min{parts}"
     return (f"Measured {doc['date']} with {shown} ({'quick' if doc['quick'] else 'full'} "
-            f"sizes, {runs}{took}; raw figures: {raw}).\n\n")  # fmt: skip
+            f"sizes, {runs}{took}; raw figures: {raw}).{_sizes(doc.get('sizes'))}\n\n")  # fmt: skip
+
+
+def _sizes(z: dict[str, Any] | None) -> str:
+    """The episode sizes docs/reliability.md names by their fields, with their values."""
+    if not z:
+        return ""
+    return (f" Sizes: {z['workers']} workers of concurrency {z['concurrency']}, started "
+            f"{z['warmup_s']:g} s ahead; {z['jobs']} jobs at {z['rate']:g}/s, each a "
+            f"{z['job_ms']} ms body; {z['kills']} kills; a {z['cut_s']:g} s cut; "
+            f"{z['oom_s']:g} s out of memory; cron for {z['cron_s']:g} s; {z['groups']} fan-ins "
+            f"of {z['width']}; a margin of {z['margin_s']:g} s.")  # fmt: skip
 
 
 def _figures(rows: Rows, word: str) -> str:
