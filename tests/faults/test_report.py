@@ -36,7 +36,8 @@ def _doc() -> dict[str, Any]:
         *(_jobs(r, "-", scenario="worker-sigkill", server="no persistence",
                 fault={"kills": kills, "in_flight": n}, ran_twice=t, ran_twice_after_fault=t)
           for r, (n, t) in enumerate([(9, 1), (8, 0), (11, 2)])),
-        *(_jobs(r, "everysec", lost=lost, acked=acked)
+        *(_jobs(r, "everysec", lost=lost, acked=acked,
+                fault={"in_flight": 2, **({"producer": "killed"} if r == 2 else {})})
           for r, (lost, acked) in enumerate([(0, 290), (5, 291), (1, 290)])),
         *(_jobs(r, "always") for r in range(3)),
         *({"system": "q", "scenario": "cron", "fsync": "-", "run": r, "seed": 1 + 1000 * r,
@@ -66,7 +67,7 @@ def test_a_cell_shows_every_runs_figure_where_they_differ_and_each_verdicts_shar
     lost = rows[("power-loss", "appendfsync everysec")]
     assert lost[4] == "2"  # in flight at the fault: every run agrees
     assert lost[5] == ("290 / 291 / 290 acked (0 refused): **0 / 5 / 1 lost**, **0 stuck**, "
-                       "0 ran twice")  # fmt: skip
+                       "0 ran twice; the producer cut short in 1 of 3 runs")  # fmt: skip
     assert lost[6] == "lost work (2 of 3 runs), clean (1 of 3 runs)"
     kept = rows[("power-loss", "appendfsync always")]
     assert kept[5] == "300 acked (0 refused): **0 lost**, **0 stuck**, 0 ran twice"

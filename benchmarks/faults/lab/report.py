@@ -82,6 +82,9 @@ def measured(rows: Rows) -> str:
         if not ok:
             return said
         said = f"; {len(failed)} of {len(rows)} runs failed: {said}"
+    short = sum(1 for r in ok if (r.get("fault") or {}).get("producer"))
+    if short:  # its producer missed its bound: fewer jobs acked than the size, none refused
+        said = f"; the producer cut short in {short} of {len(ok)} runs{said}"
     scenario = ok[0]["scenario"]
     if scenario == "cron":
         missed = "" if ok[0].get("missed") is None else f", {_each(ok, 'missed')} missed"
