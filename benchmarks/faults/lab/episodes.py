@@ -19,11 +19,11 @@ from typing import Any
 
 from . import count, faults
 from .agents import Agent, Crew, Where, once
-from .names import DURABLE, SCENARIOS
+from .names import DURABLE, FSYNCS, NONE, SCENARIOS, seed_of
 from .proxy import Proxy
 from .servers import AofSizes, Valkey, scratch, shim
 
-__all__ = ["DURABLE", "FULL", "QUICK", "SCENARIOS", "Episode", "Sizes", "run"]
+__all__ = ["DURABLE", "FSYNCS", "FULL", "NONE", "QUICK", "SCENARIOS", "Episode", "Sizes", "run"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,12 @@ class Episode:
     ledger: Any  # ledger.Ledger on the ledger server
     workdir: Path
 
-    def where(self, run: str, scenario: str) -> Where:
-        env = {"FAULTS_DURABLE": "1"} if scenario in DURABLE else {}
-        logs = self.workdir / "logs" / self.system / scenario
+    def where(self, run: str, scenario: str, fsync: str = NONE) -> Where:
+        """Where an agent runs; under a durable scenario its environment names the server's
+        ``appendfsync`` (``FAULTS_APPENDFSYNC``), so an adapter whose client can confirm
+        durability picks what that setting allows (systems/README.md)."""
+        env = {"FAULTS_DURABLE": "1", "FAULTS_APPENDFSYNC": fsync} if scenario in DURABLE else {}
+        logs = self.workdir / "logs" / self.system / scenario / fsync
         return Where(self.python, self.system, self.ledger_url, run, logs, env)
 
     @property
@@ -78,17 +81,23 @@ class Episode:
         return float(self.info.get("recovery_s") or 0)
 
 
-def run(ep: Episode, scenario: str) -> dict[str, Any]:
-    """Run one scenario; the row: settings, seed, duration, counts (or why it did not run)."""
+def run(ep: Episode, scenario: str, fsync: str | None = None, repeat: int = 0) -> dict[str, Any]:
+    """Run one cell once: ``scenario`` on a server under ``fsync`` (a durable scenario's
+    ``appendfsync``, the same for every system; default ``everysec``; NONE otherwise), as the
+    cell's run ``repeat`` with its own seed (:func:`names.seed_of`). The row: settings, seed,
+    duration, counts (or why it did not run)."""
+    fsync = (fsync or FSYNCS[0]) if scenario in DURABLE else NONE
+    seed = seed_of(ep.seed, repeat)
     why = (ep.info.get("scenarios") or {}).get(scenario, "the adapter does not name it")
-    row: dict[str, Any] = {"system": ep.system, "scenario": scenario, "seed": ep.seed}
+    row: dict[str, Any] = {"system": ep.system, "scenario": scenario, "fsync": fsync,
+                           "run": repeat, "seed": seed}  # fmt: skip
     if why is not None:
         return row | {"status": f"not run: {why}"}
-    run_id = f"{ep.system}:{scenario}:{ep.seed}:{time.time_ns()}"
+    run_id = f"{ep.system}:{scenario}:{fsync}:{seed}:{time.time_ns()}"
     t0 = time.monotonic()
     try:
         body = {"cron": _cron, "fan-in": _fanin}.get(scenario, _jobs)
-        row |= body(ep, scenario, run_id)
+        row |= body(ep, scenario, run_id, fsync, seed)
         row["status"] = "ok"
     except Exception as exc:  # a row that says what broke; the run goes on
         row |= {"status": "run failed", "error": f"{type(exc).__name__}: {exc}"[:600]}
@@ -96,9 +105,9 @@ def run(ep: Episode, scenario: str) -> dict[str, Any]:
     return row
 
 
-def _server(ep: Episode, scenario: str) -> tuple[Valkey, str]:
+def _server(ep: Episode, scenario: str, fsync: str) -> tuple[Valkey, str]:
+    """The server under fault: the cell's setting, whatever the system (no adapter picks it)."""
     durable = scenario in DURABLE
-    fsync = str(ep.info.get("appendfsync") or "everysec")
     preload = shim(ep.workdir) if scenario == "power-loss" else None
     server = Valkey(scratch("emq-faults-server-"), aof=durable, fsync=fsync, preload=preload)
     server.start()
@@ -111,10 +120,11 @@ def _server(ep: Episode, scenario: str) -> tuple[Valkey, str]:
     return server, how
 
 
-def _jobs(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
-    s, rng = ep.sizes, random.Random(f"{ep.seed}:{ep.system}:{scenario}")
-    server, how = _server(ep, scenario)
-    where = ep.where(run_id, scenario)
+def _jobs(ep: Episode, scenario: str, run_id: str, fsync: str, seed: int) -> dict[str, Any]:
+    # the same moments under either server setting: the cells differ by the setting alone
+    s, rng = ep.sizes, random.Random(f"{seed}:{ep.system}:{scenario}")
+    server, how = _server(ep, scenario, fsync)
+    where = ep.where(run_id, scenario, fsync)
     proxy = Proxy(server.port) if scenario == "partition" else None
     urls = [proxy.url if proxy is not None and i == 0 else server.url for i in range(s.workers)]
     crew = Crew(where, urls, s.concurrency, s.job_ms)
@@ -205,9 +215,9 @@ def _drained(ep: Episode, where: Where, url: str) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def _cron(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
+def _cron(ep: Episode, scenario: str, run_id: str, fsync: str, seed: int) -> dict[str, Any]:
     s = ep.sizes
-    server, how = _server(ep, scenario)
+    server, how = _server(ep, scenario, fsync)
     where = ep.where(run_id, scenario)
     every = float(ep.info.get("cron_every_s") or s.every_s)
     # a minute-only cron still fires at least twice
@@ -226,9 +236,9 @@ def _cron(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
             **counts, "sizes": asdict(s)}  # fmt: skip
 
 
-def _fanin(ep: Episode, scenario: str, run_id: str) -> dict[str, Any]:
-    s, rng = ep.sizes, random.Random(f"{ep.seed}:{ep.system}:{scenario}")
-    server, how = _server(ep, scenario)
+def _fanin(ep: Episode, scenario: str, run_id: str, fsync: str, seed: int) -> dict[str, Any]:
+    s, rng = ep.sizes, random.Random(f"{seed}:{ep.system}:{scenario}")
+    server, how = _server(ep, scenario, fsync)
     where = ep.where(run_id, scenario)
     crew = Crew(where, [server.url] * s.workers, s.concurrency, s.fanin_job_ms)
     slots = s.workers * s.concurrency

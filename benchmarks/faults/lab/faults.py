@@ -10,7 +10,8 @@ A fault that hits one worker waits, from its drawn moment, until that worker has
 body in flight (its own side-effect log: the ledger's ``busy`` count for its agent, written
 by every system's handler alike), for at most ``BUSY_WAIT_S``, and records how many bodies
 were in flight when it struck: a slow system is not let off because the fault happened to
-fall between two of its jobs.
+fall between two of its jobs. A fault that hits the server (kill, power loss, out of memory)
+records the bodies in flight on every live worker at the moment it struck (``in_flight``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def when_busy(ledger: Any, agent: str, bound_s: float = BUSY_WAIT_S) -> int:
         if n > 0 or time.monotonic() >= end:
             return n
         time.sleep(0.005)
+
+
+def all_busy(ledger: Any, crew: Crew) -> int:
+    """Handler bodies in flight now on the crew's live workers (not on ones killed before)."""
+    return sum(ledger.busy(w.tag) for w in crew.workers)
 
 
 def _at(t0: float, t: float) -> None:
@@ -89,11 +95,13 @@ def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, size
     if scenario in ("server-kill", "power-loss"):
         at = episode_s * rng.uniform(0.3, 0.6)
         _at(t0, at)
+        busy = all_busy(tg.ledger, tg.crew)
         tg.server.kill9()
         cut = tg.sizes.truncate(1.0) if tg.sizes is not None else None
         time.sleep(1.0)
         tg.server.start()
-        return {"kill9_at_s": round(at, 2), "down_s": 1.0, "aof_bytes_cut": cut}
+        return {"kill9_at_s": round(at, 2), "down_s": 1.0, "aof_bytes_cut": cut,
+                "in_flight": busy}  # fmt: skip
     if scenario == "partition":
         assert tg.proxy is not None
         at = episode_s * rng.uniform(0.15, 0.35)
@@ -112,9 +120,11 @@ def inject(scenario: str, tg: Target, rng: random.Random, episode_s: float, size
         _at(t0, at)
         c = tg.server.client()
         used = int(c.info("memory")["used_memory"])
+        busy = all_busy(tg.ledger, tg.crew)
         c.config_set("maxmemory", str(used))
         time.sleep(sizes.oom_s)
         c.config_set("maxmemory", "0")
         c.close()
-        return {"oom_at_s": round(at, 2), "oom_s": sizes.oom_s, "maxmemory": used}
+        return {"oom_at_s": round(at, 2), "oom_s": sizes.oom_s, "maxmemory": used,
+                "in_flight": busy}  # fmt: skip
     raise ValueError(f"no fault named {scenario!r}")

@@ -1,5 +1,6 @@
-"""Parts of one run side by side: ``run.py --parallel N`` splits the run's episodes (one system
-under one scenario) into N parts, runs each as a ``run.py --pairs ... --no-docs`` child of its
+"""Parts of one run side by side: ``run.py --parallel N`` splits the run's episodes (one run of
+one cell: a system under one scenario and server setting) into N parts, runs each as a
+``run.py --pairs ... --no-docs`` child of its
 own (own ledger, own servers, own free ports), and joins their results files into one, as
 ``--merge`` does. An episode mostly waits out a system's recovery period, so parts side by side
 cut the wall time about N-fold on two cores; the counts do not depend on it.
@@ -17,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .names import Cell
+
 WROTE = re.compile(r"wrote (\S+\.json)")
-Pair = tuple[str, str]  # (system, scenario)
+Pair = Cell  # (system, scenario, appendfsync or "-", run): one episode
 
 
 def cost(sizes: Any, info: dict[str, Any], scenario: str) -> float:
@@ -46,16 +49,16 @@ def split(pairs: list[Pair], parts: int, costs: dict[Pair, float]) -> list[list[
 
 
 def flag(part: list[Pair]) -> str:
-    return ",".join(f"{system}:{scenario}" for system, scenario in part)
+    return ",".join(f"{system}:{scenario}:{fsync}:{run}" for system, scenario, fsync, run in part)
 
 
 def parse_pairs(text: str) -> list[Pair]:
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        system, sep, scenario = item.partition(":")
-        if not sep or not system or not scenario:
-            raise ValueError(f"{item!r}: give SYSTEM:SCENARIO")
-        out.append((system, scenario))
+        parts = item.split(":")
+        if len(parts) != 4 or not all(parts) or not parts[3].isdigit():
+            raise ValueError(f"{item!r}: give SYSTEM:SCENARIO:APPENDFSYNC:RUN")
+        out.append((parts[0], parts[1], parts[2], int(parts[3])))
     return out
 
 

@@ -40,9 +40,9 @@ SETTINGS = {
     "guide/workers/auto-removal-of-jobs: finished jobs do not fill the server",
     "jobId=J<id>": "a custom id per job (guide/jobs/job-ids): a repeated add of the same id "
     "is ignored",
-    "server: AOF with appendfsync everysec, maxmemory-policy noeviction": "what "
-    "guide/going-to-production asks of the server (run.py: AOF under server-kill and "
-    "power-loss, noeviction always)",
+    "server: AOF on, maxmemory-policy noeviction": "what guide/going-to-production asks of "
+    "the server (run.py: AOF under server-kill and power-loss, once with appendfsync "
+    "everysec and once with always, as for every system; noeviction always)",
 }
 EVENTS_MAXLEN = 1_000_000
 RECOVERY_S = (LOCK_MS + STALLED_MS) / 1000

@@ -48,9 +48,9 @@ SETTINGS = {
     "guide/workers/auto-removal-of-jobs: finished jobs do not fill the server",
     "jobId=J<id>": "a custom id per job (guide/jobs/job-ids): a repeated add of the same id "
     "is ignored",
-    "server: AOF with appendfsync everysec, maxmemory-policy noeviction": "what "
-    "guide/going-to-production asks of the server (run.py: AOF under server-kill and "
-    "power-loss, noeviction always)",
+    "server: AOF on, maxmemory-policy noeviction": "what guide/going-to-production asks of "
+    "the server (run.py: AOF under server-kill and power-loss, once with appendfsync "
+    "everysec and once with always, as for every system; noeviction always)",
     "maxRetriesPerRequest=null (workers), enableOfflineQueue=false (producers)": "what BullMQ "
     "requires of a Worker's connection, and its 'failing fast when Redis is down' pattern for "
     "an add, which then raises instead of waiting for a reconnection",

@@ -57,6 +57,12 @@ SETTINGS = {
     "result_backend=<the same Redis>": "chords need a result backend; fan-in only",
 }
 RECOVERY_S = float(VISIBILITY_S + RESTORE_S)
+SCHEDULERS = "one"  # the cron scenario's two schedulers are more than celery beat allows
+SCHEDULERS_DOC = (
+    "'You have to ensure only a single scheduler is running for a schedule at a time, "
+    "otherwise you'd end up with duplicate tasks' (docs.celeryq.dev, User Guide, Periodic "
+    "Tasks, Introduction)"
+)
 SCENARIOS: dict[str, str | None] = {
     "worker-sigkill": None,
     "worker-sigstop": None,

@@ -34,8 +34,14 @@ SETTINGS = {
     "worker_type='thread'": "the consumer's default; a SIGKILL ends every worker with it",
     "periodic=True on each cron consumer": "huey's docs say to run every consumer but one "
     "with --no-periodic, since each consumer enqueues every periodic task; the cron scenario "
-    "runs two schedulers, so each tick runs twice, as documented",
+    "runs two schedulers, outside what huey allows (SCHEDULERS)",
 }
+SCHEDULERS = "one"  # the cron scenario's two schedulers are more than huey allows
+SCHEDULERS_DOC = (
+    "only one consumer may enqueue periodic tasks: run every other one with -n / "
+    "--no-periodic 'to avoid having duplicated periodic tasks' (huey.readthedocs.io, "
+    "Consumer, 'Multiple consumers', added by its maintainer in coleifer/huey#726)"
+)
 RECOVERY_S = 0.0  # huey never recovers a dead consumer's task: there is nothing to wait for
 CRON_EVERY_S = 60.0  # crontab has minute resolution; a consumer checks it every 60 s
 SCENARIOS: dict[str, str | None] = {

@@ -55,6 +55,8 @@ SETTINGS = {
     "CronScheduler.register(interval=...)": "rq's cron (beta since 2.4) keeps its schedule in "
     "memory and enqueues at once when started; nothing stops two schedulers from both firing",
 }
+# No SCHEDULERS: rq's cron docs (python-rq.org/docs/cron) do not say how many CronSchedulers
+# may run, so two of them are within its documented use and a tick run twice counts as such.
 # Two paths back to the queue, both run by a live worker's maintenance (every MAINTENANCE_S, but
 # only between dequeues: an idle BLMOVE delays it by up to worker_ttl - 15 s):
 # - started: the execution entry expires min(timeout, monitoring) + 60 s after its last beat;

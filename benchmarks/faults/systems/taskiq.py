@@ -50,6 +50,10 @@ SETTINGS = {
     "max_prefetch=0 (the default)": "the receiver reads ahead no more than it runs",
 }
 RECOVERY_S = (IDLE_MS + BLOCK_MS) / 1000
+SCHEDULERS = "one"  # the cron scenario's two schedulers are more than taskiq allows
+SCHEDULERS_DOC = (
+    "'Please always run only one instance of the scheduler!' (taskiq docs, Guide, Scheduling tasks)"
+)
 SCENARIOS: dict[str, str | None] = {
     "worker-sigkill": None,
     "worker-sigstop": None,
