@@ -219,7 +219,7 @@ def test_script_flush_still_waits(own: EmbeddedServer, admin: redis.Redis) -> No
 
 def test_worker_acks_through_waitaof(own: EmbeddedServer, admin: redis.Redis) -> None:
     """A Worker given a Queue with durability="aof" sends every complete as EVALSHA, then the
-    no-change write and WAITAOF, on the same connection."""
+    no-change write and WAITAOF, on the same connection, and never with a claim."""
     if not has_waitaof(admin):
         pytest.skip("no WAITAOF on this server")
     admin.config_set("appendfsync", "always")
@@ -249,6 +249,9 @@ def test_worker_acks_through_waitaof(own: EmbeddedServer, admin: redis.Redis) ->
     admin.ping()  # one more command, so the monitor loop sees done
     t.join(5)
     assert worker.stats.completed == 40
+    # its acks go apart from its claims (a claim need not wait for the fsync)
+    assert worker.stats.joined_acks == 0
+    assert not [c for _, c in seen if c[:2] == ["EVALSHA", SCRIPTS["complete_claim"].sha]]
     sha = SCRIPTS["complete"].sha
     metrics = QueueKeys.of("q").metrics
     completes = [i for i, (_, c) in enumerate(seen) if c[:2] == ["EVALSHA", sha]]

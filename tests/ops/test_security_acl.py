@@ -64,6 +64,7 @@ SCRIPTS_OF = {
         "claim",
         "extend",
         "complete",
+        "complete_claim",
         "fail",
         "delay",
         "promote",

@@ -1,6 +1,8 @@
 """A finished handler frees its slot before its ack lands: the ack is still batched, still
-fenced by the lease, and the lease is renewed until it lands. Timeouts run on one watchdog;
-``ctx.cancelled`` is made on first use."""
+fenced by the lease, and the lease is renewed until it lands (the tests that hold or break
+``AsyncQueue.complete_many`` send acks apart from claims: ``ack_with_claim=False``;
+tests/worker/test_ack_with_claim.py covers the acks that go with a claim). Timeouts run on
+one watchdog; ``ctx.cancelled`` is made on first use."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ async def test_slot_frees_before_the_ack_lands_and_the_ack_is_still_fenced(
 ) -> None:
     acks = HeldAcks(monkeypatch, hold_first=True)
     runs: list[tuple[str, int]] = []
-    w = Worker(queue, options=WorkerOptions(concurrency=1, lease_ms=30_000))
+    w = Worker(queue, options=WorkerOptions(concurrency=1, lease_ms=30_000, ack_with_claim=False))
 
     @w.handler("j")
     async def j(payload: Any, ctx: JobContext) -> None:
@@ -98,7 +100,8 @@ async def test_a_lease_is_renewed_until_its_held_ack_lands(
 ) -> None:
     acks = HeldAcks(monkeypatch, hold_first=True)
     lease = 1500  # beats every 500 ms; a beat may be up to 1000 ms late
-    w = Worker(queue, options=WorkerOptions(lease_ms=lease, stalled_interval_ms=100))
+    w = Worker(queue, options=WorkerOptions(lease_ms=lease, stalled_interval_ms=100,
+                                            ack_with_claim=False))  # fmt: skip
     w.register("j", lambda p: None)
     job = queue.enqueue("j", None)
     task = asyncio.create_task(w.run())
@@ -127,7 +130,7 @@ async def test_acks_of_handlers_that_finish_together_share_a_call(
 ) -> None:
     acks = HeldAcks(monkeypatch, hold_first=False)
     n = 1_000
-    w = Worker(queue, options=WorkerOptions(concurrency=50, burst=True))
+    w = Worker(queue, options=WorkerOptions(concurrency=50, burst=True, ack_with_claim=False))
 
     async def noop(payload: Any) -> None:
         return None
@@ -268,7 +271,7 @@ async def test_an_ack_refused_by_the_server_is_resent_until_it_lands(
 
     monkeypatch.setattr(AsyncQueue, "complete_many", refused_twice)
     runs: list[int] = []
-    w = Worker(queue, options=WorkerOptions(lease_ms=5_000))
+    w = Worker(queue, options=WorkerOptions(lease_ms=5_000, ack_with_claim=False))
 
     @w.handler("j")
     async def j(payload: Any, ctx: JobContext) -> None:
@@ -292,7 +295,7 @@ async def test_an_ack_that_fails_with_a_bug_stops_the_worker_loudly(
         raise RuntimeError("a bug in the ack path")
 
     monkeypatch.setattr(AsyncQueue, "complete_many", broken)
-    w = Worker(queue, options=WorkerOptions(lease_ms=5_000))
+    w = Worker(queue, options=WorkerOptions(lease_ms=5_000, ack_with_claim=False))
 
     @w.handler("j")
     async def j(payload: Any) -> None:

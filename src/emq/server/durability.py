@@ -73,7 +73,8 @@ DURABLE_SCRIPTS = frozenset(
     {
         # admitting and finishing a job; a flow's delivery across queues (confirmed before
         # its outbox entry is deleted)
-        *("enqueue", "enqueue_flow", "complete", "fail", "delay", "deliver_flow"),
+        *("enqueue", "enqueue_flow", "complete", "complete_claim", "fail", "delay"),
+        "deliver_flow",
         # the operator's moves and edits of jobs
         *("cancel", "remove", "redrive", "drain", "obliterate", "promote_job", "reschedule"),
         *("set_priority", "update_payload"),

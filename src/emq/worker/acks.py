@@ -12,6 +12,13 @@ Server errors: an ack that fails for any server error (unreachable, out of memor
 is re-sent with backoff until it lands, logged once per episode; its lease is renewed
 meanwhile. Any other exception (a bug) ends :meth:`run` with it, and the worker stops.
 
+The steady state: a claim takes the plain completions of its queue still waiting here
+(:meth:`AckBuffer.take`) and sends them with it in one step (``complete_claim``,
+:meth:`AckBuffer.with_claim`); the flusher lets a few loop turns pass before it takes a
+batch, so a claim that the same finished handlers made room for goes first. That call is sent
+once: on a server error its completions come back here, marked as perhaps applied, and go
+the usual way.
+
 A lost reply: when the connection drops while an ack is in flight, it is re-sent once the
 server is back. If the first send had in fact been applied, the re-send is refused as a lost
 lease. The worker does not guess: it reads the row. For ``complete``, a missing row means the
@@ -30,16 +37,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from ..model.records import Answer
+from ..model.records import Answer, Claims
 from ..queue._async.queue import AsyncQueue
-from .connect import Outage, retry
+from .connect import SERVER_ERRORS, Outage, retry
 from .hooks import Hooks
 from .log import event
-from .outcome import Ack
+from .outcome import Ack, Complete
 
 __all__ = ["Ack", "AckBuffer"]
 
 CHUNK = 1_000
+# loop turns the flusher lets pass before it takes a batch: a slot freed together with an
+# ack wakes the claim loop (room -> its wait -> the loop) within two, so it takes them first
+YIELD_TURNS = 3
 T = TypeVar("T")
 
 
@@ -83,6 +93,9 @@ class AckBuffer:
         self._closing = False
         self.uncertain = 0
         self.outstanding = 0  # queued or in flight
+        self.joined = 0  # completions sent with a claim
+        self.joins = True  # completions may go with a claim (WorkerOptions.ack_with_claim)
+        self._maybe: set[Ack] = set()  # sent with a claim whose reply was lost: perhaps applied
 
     def put(self, ack: Ack) -> None:
         self._items.append(ack)
@@ -94,9 +107,61 @@ class AckBuffer:
         self._closing = True
         self._event.set()
 
+    def take(self, q: AsyncQueue) -> list[Ack]:
+        """The plain completions of ``q`` waiting here, taken out to go with a claim (at most
+        a chunk; none when ``q`` keeps results or completed jobs, or has a durability level);
+        still outstanding."""
+        if not (self.joins and self._items) or self._keeps or keeps_completions(q):
+            return []
+        if q.core.options.durability != "none":  # its acks wait for a confirmation: apart
+            return []
+        mine: list[Ack] = []
+        rest: list[Ack] = []
+        for ack in self._items:
+            if len(mine) < CHUNK and ack.queue is q and type(ack.outcome) is Complete:
+                mine.append(ack)
+            else:
+                rest.append(ack)
+        self._items = rest
+        return mine
+
+    async def with_claim(
+        self, q: AsyncQueue, count: int, lease_ms: int, request: str, worker: str
+    ) -> Claims | None:
+        """Send the completions of ``q`` waiting here (:meth:`take`) and a claim of ``count``
+        in one step, once: the jobs claimed, the answers reported as a flush reports them.
+        None when there were none, or on a server error: then the acks come back here,
+        perhaps applied (a refusal of their re-send is settled from the row), and the
+        caller sends the claim alone with the same ``request``, which returns the jobs of a
+        first send that landed."""
+        acks = self.take(q)
+        if not acks:
+            return None
+        if self._hooks is not None and self._hooks.before_ack:
+            for hook in self._hooks.before_ack:
+                await hook([a.lease for a in acks])
+        pairs = [(a.lease.id, a.lease.token) for a in acks]
+        try:
+            answers, jobs = await q.complete_and_claim(
+                pairs, count, lease_ms, request=request, worker=worker
+            )
+        except SERVER_ERRORS:
+            self._maybe.update(acks)
+            self._items[:0] = acks
+            self._event.set()
+            return None
+        await self._answer(acks, answers, retried=False)
+        self.joined += len(acks)
+        self.outstanding -= len(acks)
+        if self._landed is not None:
+            self._landed(acks)
+        return jobs
+
     async def run(self) -> None:
         while True:
             await self._event.wait()
+            for _ in range(YIELD_TURNS):  # a claim these acks made room for takes them first
+                await asyncio.sleep(0)
             self._event.clear()
             batch, self._items = self._items, []
             if batch:
@@ -139,9 +204,17 @@ class AckBuffer:
         keeps = self._keeps or keeps_completions(q)  # the queue's stored settings may change
         call = member.call(q, cast(Any, acks), keeps)  # one member: see flush
         answers, retried = await self._retry(member.where, call)
+        await self._answer(acks, answers, retried)
+
+    async def _answer(self, acks: list[Ack], answers: list[Answer], retried: bool) -> None:
+        """Report each ack's answer; a refusal of a call that was re-sent (``retried``), or
+        of an ack an earlier call perhaps applied (a claim's, whose reply was lost), is
+        settled from the row."""
         for ack, answer in zip(acks, answers, strict=True):
             if answer in REFUSED:
-                answer = await self._settle(ack) if retried else Answer.LOST
+                maybe = retried or ack in self._maybe
+                answer = await self._settle(ack) if maybe else Answer.LOST
+            self._maybe.discard(ack)
             self._report(ack, answer)
 
     async def _settle(self, ack: Ack) -> Answer:

@@ -56,6 +56,9 @@ class WorkerOptions:
     (once per interval, the latest value wins; the last one is sent before the job's outcome).
     ``burst``: return once nothing is claimable and nothing runs (jobs waiting in
     ``schedule`` for a later time, such as retries in backoff, are left for the next run).
+    ``ack_with_claim``: send the completions waiting for their ack with the next claim of
+    their queue, in one call (``complete_claim``; not on a queue with a durability level,
+    whose acks wait for the fsync or the replicas while a claim need not); False: apart.
     ``metrics_port``: serve this worker's Prometheus histograms (handler duration, wait
     time) on ``metrics_host:metrics_port`` while it runs (0: any free port; None: no
     endpoint, and no cost; docs/observability.md).
@@ -74,6 +77,7 @@ class WorkerOptions:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     burst: bool = False
+    ack_with_claim: bool = True
     cancel_grace_ms: int = 10_000
     progress_interval_ms: int = 500
     metrics_port: int | None = None
@@ -224,6 +228,7 @@ class WorkerStats:
     sweeps: int = 0
     outages: int = 0
     uncertain_acks: int = 0
+    joined_acks: int = 0  # completions sent with a claim, in one call (complete_claim)
     heartbeats: int = 0
     heartbeat_max_late_ms: float = 0.0
     lost_ids: list[str] = field(default_factory=list)  # the last 1,000

@@ -5,14 +5,13 @@ A :class:`Runner` lives for one :meth:`emq.worker.Worker.run` and owns its whole
 until stopped, drain (:meth:`Runner.drain`, from the steps of :mod:`.shutdown`), tear down,
 and raise :class:`~emq.errors.WorkerFailed` if a component failed. What happens to each job
 it claims, from its start to its ack, is told in one place: :mod:`.execute`, with the
-features that join that story as hooks (:mod:`.hooks`). The hot path is two script
-calls per batch, whatever its size: one ``claim`` for up to the free slots and one
-``complete`` for the handlers that finished together. A slot frees when its handler returns;
-its ack follows in a batch (:mod:`.acks`) while its lease stays held. For
-short handlers the runner claims ahead, so the next claim is on its way while the jobs it
-holds run (:meth:`Runner._tune`). With nothing to claim, the runner parks
-on the queues' wake lists (``BLPOP`` on a connection of its own) that enqueue, promote, sweep,
-delay, redrive and resume push to, so an idle fleet does not poll.
+features that join that story as hooks (:mod:`.hooks`). The hot path is one script call per
+batch, whatever its size: ``complete_claim``, the completions of the handlers that finished
+together and a claim for the free slots (each alone when only one is due). A slot frees when
+its handler returns; its ack follows (:mod:`.acks`) while its lease stays held. For short
+handlers the runner claims ahead (:meth:`Runner._tune`): the next claim is on its way while
+the jobs it holds run. Idle, the runner parks on the queues' wake lists (``BLPOP``, on its
+own connection) that enqueue, promote, sweep, delay, redrive and resume push to.
 """
 
 from __future__ import annotations
@@ -128,6 +127,7 @@ class Runner:
                              room=self.room, stop=self.stop, crash=self.crash,
                              progress=self.progress, keeps_results=keeps, log=log)  # fmt: skip
         self.acks = self.jobs.acks
+        self.acks.joins = self.options.ack_with_claim
         self.cancels = Cancels(jobs=self.jobs, hooks=hooks, grace_ms=o.cancel_grace_ms,
                                stats=stats, log=log)  # fmt: skip
         hooks.add(self.cancels, joined=False)  # joins while a cancelled job is held
@@ -211,7 +211,7 @@ class Runner:
             self.observe.close()
         self.stats.outages = self.outage.count
         self.stats.abandoned = self.jobs.abandoned
-        self.stats.uncertain_acks = self.acks.uncertain
+        self.stats.uncertain_acks, self.stats.joined_acks = self.acks.uncertain, self.acks.joined
         self.stats.heartbeats = self.hb.beats
         self.stats.heartbeat_max_late_ms = round(self.hb.max_late_s * 1000, 1)
 
@@ -354,16 +354,17 @@ class Runner:
         self._retry_in, self._blocked = 0, False
         for i in range(n):
             q = self.queues[(self._rr + i) % n]
-            want = min(room - total, 1000)
-            if want <= 0:
+            if (want := min(room - total, 1000)) <= 0:
                 break
             # one request id for every re-send: a claim whose reply was lost returns its jobs
-            claim = functools.partial(q.claim, want, self.options.lease_ms,
-                request=uuid.uuid4().hex, worker=self.presence.id)  # fmt: skip
+            request, lease_ms, me = uuid.uuid4().hex, self.options.lease_ms, self.presence.id
+            claim = functools.partial(q.claim, want, lease_ms, request=request, worker=me)
             before, sent = self.jobs.finished, self.loop.time()
             # every slot ran dry before this claim went, soon after the last reply landed
             drained = before > 0 and not self.jobs.busy and not self.jobs.ready
-            jobs, _ = await retry(self.outage, "claim", claim, stop=self.stop)
+            jobs = await self.acks.with_claim(q, want, lease_ms, request, me)  # and the acks due
+            if jobs is None:
+                jobs, _ = await retry(self.outage, "claim", claim, stop=self.stop)
             if jobs is None:
                 return None
             self.stats.claim_calls += 1
