@@ -80,3 +80,29 @@ def test_a_lost_reply_loses_no_ack_and_runs_nothing_twice(
     c = queue.counts()
     assert (c["completed"], c["recovered"], c["pending"], c["active"]) == (n, 0, 0, 0)
     assert_consistent(client, qname)
+
+
+def test_a_joined_call_the_server_refuses_is_logged_once_and_acks_go_apart(
+    queue: Queue, client: redis.Redis, qname: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A refusal that is no lost connection (here NOPERM, every time): nothing of the joined
+    call ran; its completions go to the flusher, the claim goes alone, the episode is logged
+    once, and the joined call is tried again only after its backoff."""
+    refused: list[int] = []
+
+    async def noperm(q: AsyncQueue, *args: Any, **kwargs: Any) -> Any:
+        refused.append(1)
+        raise redis.ResponseError("NOPERM this user has no permissions to run 'evalsha'")
+
+    monkeypatch.setattr(AsyncQueue, "complete_and_claim", noperm)
+    n = 100
+    with caplog.at_level("WARNING", logger="emq.worker"):
+        w, runs = _run(queue, n, concurrency=4)
+    assert sorted(runs) == list(range(n)), "each job once"
+    assert w.stats.completed == n and w.stats.lease_lost == 0 and w.stats.joined_acks == 0
+    assert 0 < len(refused) < n, "backed off, not tried for every claim"
+    logged = [r for r in caplog.records if "(complete_claim)" in r.getMessage()]
+    assert len(logged) == 1, [r.getMessage() for r in logged]
+    assert queue.counts()["completed"] == n
+    assert_consistent(client, qname)

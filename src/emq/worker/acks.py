@@ -16,8 +16,11 @@ The steady state: a claim takes the plain completions of its queue still waiting
 (:meth:`AckBuffer.take`) and sends them with it in one step (``complete_claim``,
 :meth:`AckBuffer.with_claim`); the flusher lets a few loop turns pass before it takes a
 batch, so a claim that the same finished handlers made room for goes first. That call is sent
-once: on a server error its completions come back here, marked as perhaps applied, and go
-the usual way.
+once: on a server error (a lost reply, OOM, NOPERM, READONLY, a script flushed again and
+again) its completions come back here, marked as perhaps applied, and go the usual way; the
+error is logged once per episode (:class:`.Outage`, component ``complete_claim``) and acks go
+apart from claims until its backoff has passed. Any other error ends the claim loop, and the
+worker stops loudly.
 
 A lost reply: when the connection drops while an ack is in flight, it is re-sent once the
 server is back. If the first send had in fact been applied, the re-send is refused as a lost
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -50,6 +54,7 @@ CHUNK = 1_000
 # loop turns the flusher lets pass before it takes a batch: a slot freed together with an
 # ack wakes the claim loop (room -> its wait -> the loop) within two, so it takes them first
 YIELD_TURNS = 3
+JOINED = "complete_claim"  # the component a failed joined call is logged under (Outage)
 T = TypeVar("T")
 
 
@@ -96,6 +101,7 @@ class AckBuffer:
         self.joined = 0  # completions sent with a claim
         self.joins = True  # completions may go with a claim (WorkerOptions.ack_with_claim)
         self._maybe: set[Ack] = set()  # sent with a claim whose reply was lost: perhaps applied
+        self._join_after = 0.0  # monotonic time before which no ack goes with a claim (backoff)
 
     def put(self, ack: Ack) -> None:
         self._items.append(ack)
@@ -113,6 +119,8 @@ class AckBuffer:
         still outstanding."""
         if not (self.joins and self._items) or self._keeps or keeps_completions(q):
             return []
+        if self._join_after and time.monotonic() < self._join_after:
+            return []  # the last joined call failed: apart until its backoff has passed
         if q.core.options.durability != "none":  # its acks wait for a confirmation: apart
             return []
         mine: list[Ack] = []
@@ -137,19 +145,20 @@ class AckBuffer:
         acks = self.take(q)
         if not acks:
             return None
-        if self._hooks is not None and self._hooks.before_ack:
-            for hook in self._hooks.before_ack:
-                await hook([a.lease for a in acks])
+        await self._before(acks)
         pairs = [(a.lease.id, a.lease.token) for a in acks]
         try:
             answers, jobs = await q.complete_and_claim(
                 pairs, count, lease_ms, request=request, worker=worker
             )
-        except SERVER_ERRORS:
+        except SERVER_ERRORS as exc:  # logged once per episode; joined again after a backoff
+            self._join_after = time.monotonic() + self._outage.failed(exc, JOINED)
             self._maybe.update(acks)
             self._items[:0] = acks
             self._event.set()
             return None
+        self._join_after = 0.0
+        self._outage.ok(JOINED)
         await self._answer(acks, answers, retried=False)
         self.joined += len(acks)
         self.outstanding -= len(acks)
@@ -196,15 +205,20 @@ class AckBuffer:
     async def _send(self, acks: list[Ack]) -> None:
         """The acks of one queue and one member, in the member's own call."""
         q, member = acks[0].queue, acks[0].outcome
+        await self._before(acks)
+        keeps = self._keeps or keeps_completions(q)  # the queue's stored settings may change
+        call = member.call(q, cast(Any, acks), keeps)  # one member: see flush
+        answers, retried = await self._retry(member.where, call)
+        await self._answer(acks, answers, retried)
+
+    async def _before(self, acks: list[Ack]) -> None:
+        """The ``before_ack`` hooks, awaited with the leases of ``acks`` before they are sent
+        (the progress and log flushers send their last values)."""
         before = self._hooks.before_ack if self._hooks is not None else ()
         if before:
             leases = [a.lease for a in acks]
             for hook in before:
                 await hook(leases)
-        keeps = self._keeps or keeps_completions(q)  # the queue's stored settings may change
-        call = member.call(q, cast(Any, acks), keeps)  # one member: see flush
-        answers, retried = await self._retry(member.where, call)
-        await self._answer(acks, answers, retried)
 
     async def _answer(self, acks: list[Ack], answers: list[Answer], retried: bool) -> None:
         """Report each ack's answer; a refusal of a call that was re-sent (``retried``), or
