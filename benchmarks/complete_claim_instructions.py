@@ -12,35 +12,23 @@ Callgrind counts instructions, so the figures do not move with the machine's loa
 from __future__ import annotations
 
 import argparse
-import contextlib
-import re
 import shutil
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import redis
-from layout_instructions import BINARY, _free_port
+from layout_instructions import callgrind_server
 
 from emq import Queue
 
 
 def instructions(jobs: int, batch: int, how: str, workdir: Path) -> int:
     """The server's instructions over one run (``how``: none, separate, joined)."""
-    port = _free_port()
-    out = workdir / f"callgrind-{port}.out"
-    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(BINARY), "--port",
-            str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]  # fmt: skip
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0?socket_timeout=120"  # callgrind is ~50x slower
-    client = redis.Redis.from_url(url)
-    for _ in range(600):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.1)
+    with callgrind_server(workdir) as (url, _, counted):
+        _run(jobs, batch, how, url)
+    return counted()
+
+
+def _run(jobs: int, batch: int, how: str, url: str) -> None:
     q = Queue.from_url(url, "joined")
     q.new_ids(1)
     q.enqueue_many([("noop", None)] * 2)  # every script the work uses is loaded before it
@@ -57,12 +45,6 @@ def instructions(jobs: int, batch: int, how: str, workdir: Path) -> int:
     while how == "separate" and (claimed := q.claim(batch, lease_ms=60_000, worker="w-1")):
         q.complete_many([(c.id, c.token) for c in claimed])
     q.close()
-    with contextlib.suppress(redis.ConnectionError):
-        client.shutdown(nosave=True)
-    server.wait()
-    found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
-    assert found, f"no callgrind summary in {out}"
-    return int(found[1])
 
 
 def main() -> None:

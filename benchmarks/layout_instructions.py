@@ -18,12 +18,14 @@ and once with the work, and prints the difference over the jobs:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
@@ -40,12 +42,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -> int:
-    """The server's instructions over one run (``work``: none, lifecycle, setup, sweep)."""
+@contextlib.contextmanager
+def callgrind_server(workdir: Path) -> Iterator[tuple[str, redis.Redis, Callable[[], int]]]:
+    """A private ``valkey-server`` under callgrind: its URL, a client, and (once the block has
+    ended, the server shut down) the instructions it executed over its whole run."""
     port = _free_port()
     out = workdir / f"callgrind-{port}.out"
-    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(BINARY),
-            "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]  # fmt: skip
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(BINARY), "--port",
+            str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]  # fmt: skip
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0?socket_timeout=120"  # callgrind is ~50x slower
     client = redis.Redis.from_url(url)
@@ -55,6 +59,28 @@ def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -
             break
         except redis.ConnectionError:
             time.sleep(0.1)
+
+    def counted() -> int:
+        found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
+        assert found, f"no callgrind summary in {out}"
+        return int(found[1])
+
+    try:
+        yield url, client, counted
+    finally:
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+        server.wait()
+
+
+def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -> int:
+    """The server's instructions over one run (``work``: none, lifecycle, setup, sweep)."""
+    with callgrind_server(workdir) as (url, client, counted):
+        _run(layout, jobs, batch, work, url, client)
+    return counted()
+
+
+def _run(layout: int, jobs: int, batch: int, work: str, url: str, client: redis.Redis) -> None:
     options = QueueOptions(events_maxlen=0) if layout == 0 else None
     q = Queue.from_url(url, "layout", options=options)
     if layout == 1:
@@ -77,14 +103,6 @@ def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -
         while work == "sweep" and len(q.sweep_stalled(limit=100).recovered) == 100:
             pass
     q.close()
-    try:
-        client.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    server.wait()
-    found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
-    assert found, f"no callgrind summary in {out}"
-    return int(found[1])
 
 
 def main() -> None:
