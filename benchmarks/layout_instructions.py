@@ -9,9 +9,11 @@ binary) under callgrind, twice: once with only the set-up (scripts loaded, the i
 and once with the work, and prints the difference over the jobs:
 
 - **lifecycle**: ``enqueue_many`` of ``--jobs`` no-op jobs, then ``claim(--batch)`` and
-  ``complete_many`` of each batch until the queue is empty, on a queue in layout 2 (one stream
-  entry per script call), in layout 1 (one per event) and with events off;
-- **sweep**: ``--jobs`` leases of 1 ms expired and swept 100 at a time, in layouts 1 and 2
+  ``complete_many`` of each batch until the queue is empty, on a queue in layout 3 (waiting
+  jobs packed, without a row), in layout 2 (one stream entry per script call, a row per
+  waiting job), in layout 1 (one stream entry per event) and in layout 3 with events off; the
+  enqueue alone is printed beside it;
+- **sweep**: ``--jobs`` leases of 1 ms expired and swept 100 at a time, in layouts 3 and 1
   (the set-up run enqueues and claims the same jobs and sweeps nothing).
 """
 
@@ -83,8 +85,8 @@ def instructions(layout: int, jobs: int, batch: int, work: str, workdir: Path) -
 def _run(layout: int, jobs: int, batch: int, work: str, url: str, client: redis.Redis) -> None:
     options = QueueOptions(events_maxlen=0) if layout == 0 else None
     q = Queue.from_url(url, "layout", options=options)
-    if layout == 1:
-        client.hset(q.core.keys.meta, "layout", "1")  # as an emq before layout 2 made it
+    if layout in (1, 2):
+        client.hset(q.core.keys.meta, "layout", str(layout))  # as an older emq made it
     q.new_ids(1)
     q.enqueue_many([("noop", None)])  # every script the work uses is loaded before it
     q.complete_many([(c.id, c.token) for c in q.claim(1)])
@@ -92,7 +94,9 @@ def _run(layout: int, jobs: int, batch: int, work: str, url: str, client: redis.
     if work != "none":
         for start in range(0, jobs, 1000):
             q.enqueue_many([("noop", None)] * min(1000, jobs - start))
-    if work == "lifecycle":
+    if work == "enqueue":
+        pass
+    elif work == "lifecycle":
         while claimed := q.claim(batch, lease_ms=60_000):
             q.complete_many([(c.id, c.token) for c in claimed])
     elif work in ("setup", "sweep"):
@@ -109,17 +113,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--batch", type=int, default=50, help="claim and ack batch")
+    p.add_argument("--layouts", type=int, default=4, help="how many of the sides to run, "
+                   "in the order 3, 2, 1, events off")  # fmt: skip
     args = p.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (Debian: apt-get install valgrind)")
     workdir = Path(tempfile.mkdtemp(prefix="emq-layout-"))
     try:
         print(f"{args.jobs:,} jobs, claim and ack batches of {args.batch}; server instructions")
-        for layout, label in ((2, "layout 2"), (1, "layout 1"), (0, "events off")):
+        labels = ((3, "layout 3"), (2, "layout 2"), (1, "layout 1"), (0, "layout 3, events off"))
+        for layout, label in labels[: args.layouts]:
             base = instructions(layout, args.jobs, args.batch, "none", workdir)
+            enq = instructions(layout, args.jobs, args.batch, "enqueue", workdir)
             full = instructions(layout, args.jobs, args.batch, "lifecycle", workdir)
-            print(f"lifecycle, {label}: {(full - base) / args.jobs:,.0f} per job", flush=True)
-        for layout in (2, 1):
+            each, enqueue, rest = ((v / args.jobs) for v in (full - base, enq - base, full - enq))
+            print(f"lifecycle, {label}: {each:,.0f} per job (enqueue {enqueue:,.0f}, claim and "
+                  f"ack {rest:,.0f})", flush=True)  # fmt: skip
+        for layout in (3, 1)[: 1 if args.layouts < 3 else 2]:
             base = instructions(layout, args.jobs, args.batch, "setup", workdir)
             full = instructions(layout, args.jobs, args.batch, "sweep", workdir)
             print(f"sweep, layout {layout}: {(full - base) / args.jobs:,.0f} per lease", flush=True)

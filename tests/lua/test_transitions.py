@@ -374,7 +374,7 @@ def test_large_batches_are_pipelined_and_keep_fifo(queue: Queue, client: redis.R
     client.script_flush()  # every pipelined chunk answers NOSCRIPT once and is re-run alone
     ids = queue.enqueue_many([("x", {"i": i}) for i in range(3500)])
     assert len(set(ids)) == 3500 and all(i.created for i in ids)
-    assert client.zrange(queue.core.keys.pending, 0, -1) == ids
+    assert client.lrange(queue.core.keys.ready, 0, -1) == ids  # packed, in order (layout 3)
     again = queue.enqueue_many(
         [JobSpec("x", {"i": i}, id=job_id) for i, job_id in enumerate(ids[:1500])]
     )
@@ -388,7 +388,7 @@ async def test_large_async_batches_keep_fifo(url: str, qname: str, client: redis
     q = AsyncQueue.from_url(url, qname)
     client.script_flush()
     ids = await q.enqueue_many([("x", i) for i in range(4200)])
-    assert len(set(ids)) == 4200 and client.zrange(q.core.keys.pending, 0, -1) == ids
+    assert len(set(ids)) == 4200 and client.lrange(q.core.keys.ready, 0, -1) == ids
     assert (await q.counts())["pending"] == 4200
     await q.close()
 
@@ -412,12 +412,20 @@ def test_a_stored_claim_reply_lives_at_most_a_minute(queue: Queue, client: redis
 def test_a_waiting_row_stores_no_start_values(queue: Queue, client: redis.Redis) -> None:
     """attempts, stalled, token and created_at are not stored until they mean something;
     they read as 0 (created_at: the id's mint time), and every transition still tells a row
-    that exists from one that does not."""
+    that exists from one that does not. A job of the common case has no row at all while it
+    waits (packed, layout 3); one with a priority has a row of five fields."""
     from emq.model.ids import minted_at_ms
 
+    k = queue.core.keys
+    ranked = queue.enqueue("send", {"to": "a@b"}, priority=2)
+    assert set(client.hgetall(k.job(ranked))) == {
+        "state", "name", "payload", "priority", "max_attempts"
+    }  # fmt: skip
     job_id = queue.enqueue("send", {"to": "a@b"})
-    row = client.hgetall(queue.core.keys.job(job_id))
-    assert set(row) == {"state", "name", "payload", "priority", "max_attempts"}
+    assert not client.exists(k.job(job_id))
+    most = client.hget(k.job(ranked), "max_attempts")
+    assert client.hget(k.packed, job_id) == f'send {most}  {{"to":"a@b"}}'  # no trace: two spaces
+    assert client.lrange(k.ready, 0, -1) == [job_id]
     job = queue.job(job_id)
     assert job is not None and (job.attempts, job.stalled, job.token) == (0, 0, 0)
     assert job.created_at == minted_at_ms(job_id)
@@ -426,9 +434,10 @@ def test_a_waiting_row_stores_no_start_values(queue: Queue, client: redis.Redis)
     assert queue.extend_many([(job_id, 7)], 1_000) == [Answer.LOST]
     assert queue.fail_many([(job_id, 7, "x", True, None)]) == [Answer.LOST]
     (leased,) = queue.claim(1)
+    assert leased.id == job_id, "priority 0 first, then 2"
     row = client.hgetall(queue.core.keys.job(job_id))
     assert (row["attempts"], row["token"], "stalled" in row) == ("1", str(leased.token), False)
-    assert leased.stalled == 0
+    assert leased.stalled == 0 and not client.hexists(k.packed, job_id)
     queue.complete(job_id, leased.token)
     assert_consistent(client, queue.name)
 

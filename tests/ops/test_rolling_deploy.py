@@ -1,7 +1,9 @@
-"""A rolling deploy onto keyspace layout 2 (docs/keyspace.md, Layout versions): workers of the
+"""A rolling deploy onto this keyspace layout (docs/keyspace.md, Layout versions): workers of a
 previous release, installed from its commit in a second venv, and of this one serve one queue
 at once, then the queue is upgraded. Nothing is lost, nothing runs twice, and the previous
-release refuses the upgraded queue with one line instead of touching it."""
+release refuses the upgraded queue with one line instead of touching it. Two previous releases:
+the last one of layout 1 (the first with layout checks) and the last one of layout 2 (before
+packed waiting jobs)."""
 
 from __future__ import annotations
 
@@ -30,14 +32,18 @@ from tests.support.worker_handlers import runs_key
 pytestmark = [pytest.mark.servers("valkey"), pytest.mark.slow]
 
 ROOT = Path(__file__).parents[2]
-PREVIOUS = "023324e10e3861d14a4de802443f90617e0fcf72"  # the release before layout 2
+# commit -> the layout a queue it makes is in (None: layout 1, the field absent)
+PREVIOUS = {
+    "023324e10e3861d14a4de802443f90617e0fcf72": None,  # the release before layout 2
+    "9339da512ee714772989b3558b6d39f0038b72c1": "2",  # the release before layout 3
+}
 HANDLERS = "tests.support.worker_handlers:handlers"
 
 
-@pytest.fixture(scope="module")
-def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's interpreter: a venv of its own holding emq as of PREVIOUS, with
-    this venv's dependencies (redis-py, click, ...) on its path."""
+@pytest.fixture(scope="module", params=list(PREVIOUS))
+def previous(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A previous release's interpreter: a venv of its own holding emq as of a commit of
+    PREVIOUS, with this venv's dependencies (redis-py, click, ...) on its path."""
     home = tmp_path_factory.mktemp("previous-emq")
     venv.create(home / "venv", with_pip=False)
     python = home / "venv" / "bin" / "python"
@@ -46,12 +52,15 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", PREVIOUS, "src/emq"], check=True, capture_output=True
+        ["git", "-C", str(ROOT), "archive", request.param, "src/emq"],
+        check=True,
+        capture_output=True,
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(home, filter="data")
     shutil.copytree(home / "src" / "emq", Path(site) / "emq")
     (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (home / "layout").write_text(PREVIOUS[request.param] or "")
     return python
 
 
@@ -98,7 +107,8 @@ def test_old_and_new_workers_share_a_queue_then_it_is_upgraded(
     previous: Path, url: str, qname: str, client: redis.Redis, tmp_path: Path
 ) -> None:
     log = tmp_path / "workers.log"
-    ids = produce(previous, url, qname, 50)  # a queue the previous release made: layout 1
+    made = (previous.parents[2] / "layout").read_text() or None  # the previous release's layout
+    ids = produce(previous, url, qname, 50)  # a queue the previous release made
     new_python = sys.executable
     procs = [start(previous, url, qname, log) for _ in range(2)]
     procs += [start(new_python, url, qname, log) for _ in range(2)]
@@ -108,13 +118,14 @@ def test_old_and_new_workers_share_a_queue_then_it_is_upgraded(
         time.sleep(0.1)
     ids += produce(new_python, url, qname, 150) + produce(previous, url, qname, 100)
     done = finished(client, qname, ids)
-    assert client.hget(f"emq:{{{qname}}}:meta", "layout") is None, "a mixed fleet keeps layout 1"
+    assert client.hget(f"emq:{{{qname}}}:meta", "layout") == made, "a mixed fleet keeps its layout"
+    assert not client.exists(f"emq:{{{qname}}}:packed"), "nothing packed before the upgrade"
     pids = {r.split(":")[2] for r in client.lrange(runs_key(qname), 0, -1)}
     old_pids, new_pids = {str(p.pid) for p in procs[:2]}, {str(p.pid) for p in procs[2:]}
     assert pids & old_pids and pids & new_pids, "both releases ran jobs"
     assert sorted(done.values()) == [1] * len(ids), "each job ran to its end once"
 
-    stop(procs[:2])  # the old workers leave; then the queue moves to layout 2
+    stop(procs[:2])  # the old workers leave; then the queue moves to this layout
     upgrade = subprocess.run(
         [Path(new_python).parent / "emq", "upgrade", qname, "--url", url],
         capture_output=True, text=True,
@@ -133,7 +144,8 @@ def test_old_and_new_workers_share_a_queue_then_it_is_upgraded(
     )  # fmt: skip
     assert refused.returncode == 2
     told = [ln for ln in (refused.stdout + refused.stderr).splitlines() if not ln.startswith("{")]
-    assert len(told) == 1 and "keyspace layout 2" in told[0] and "upgrade emq" in told[0], told
+    assert len(told) == 1 and f"keyspace layout {LAYOUT}" in told[0], told
+    assert "upgrade emq" in told[0], told
     stop(procs[2:])
 
     with Queue.from_url(url, qname) as q:

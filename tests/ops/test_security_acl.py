@@ -488,8 +488,8 @@ async def test_a_worker_missing_a_permission_logs_the_command_and_goes_on_once_g
     caplog: pytest.LogCaptureFixture,
     request: pytest.FixtureRequest,
 ) -> None:
-    q.enqueue("ok", {})
-    url = acl.user("emq-worker", qname, name="emq-worker-limited", drop="zpopmin")
+    q.enqueue("ok", {})  # packed (keyspace layout 3): the claim pops it from ready with LPOP
+    url = acl.user("emq-worker", qname, name="emq-worker-limited", drop="lpop")
     w = Worker(qname, {"ok": lambda p: None}, url=url, options=WorkerOptions(burst=True))
     caplog.set_level(logging.WARNING, logger="emq")
     task = asyncio.create_task(w.run())
@@ -505,13 +505,13 @@ async def test_a_worker_missing_a_permission_logs_the_command_and_goes_on_once_g
         await until(lambda: task.done() or refused(), 15, "the claim's refusal to be logged")
         assert not task.done(), "the worker goes on (retrying) while it is refused"
         assert q.counts()["pending"] == 1, "nothing claimed"
-        acl.admin.execute_command("ACL", "SETUSER", "emq-worker-limited", "+zpopmin")
+        acl.admin.execute_command("ACL", "SETUSER", "emq-worker-limited", "+lpop")
         await asyncio.wait_for(task, 30)  # burst: returns once the job is done
     finally:
         w.stop()
         await asyncio.wait([task], timeout=15)
     assert w.stats.completed == 1 and q.counts()["completed"] == 1
-    assert any("'zpopmin'" in text for text in refused()), refused()
+    assert any("'lpop'" in text for text in refused()), refused()
 
 
 @pytest.mark.timeout(60)

@@ -46,7 +46,8 @@ async def test_a_process_that_knows_only_the_name_uses_the_stored_settings(
             7, (60_000, 10), 500,
         )  # fmt: skip
         job = await plain.enqueue("x")
-        assert client.hget(plain.core.keys.job(job), "max_attempts") == "7"
+        stored = await plain.job(job)
+        assert stored is not None and stored.max_attempts == 7
     assert_consistent(client, qname)
 
 

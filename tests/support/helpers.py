@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from emq import Queue
+from emq.calls.call import split_packed
 from emq.model.keys import QueueKeys
 from emq.model.states import STATE_OF_LOCATION, Location
 from emq.server.clients import node_client
@@ -24,9 +25,9 @@ def node_of(client: redis.Redis, queue: str) -> redis.Redis:
     return node_client(client, QueueKeys.of(queue).metrics)
 
 
-def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
-    """Each location's ids; ``pending`` holds the waiting jobs of every lane."""
-    k = QueueKeys.of(queue)
+def _sets(client: redis.Redis, k: QueueKeys) -> dict[str, set[str]]:
+    """Each location set's ids; ``pending`` holds the members of every lane's waiting set,
+    which share no id."""
     out = {loc.value: set(client.zrange(k.location(loc.value), 0, -1)) for loc in Location}
     for key in client.scan_iter(match=k.prefix + "lane:*:pending", count=1000):
         lane_ids = set(client.zrange(key, 0, -1))
@@ -35,17 +36,52 @@ def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
     return out
 
 
+def packed_ids(client: redis.Redis, queue: str) -> set[str]:
+    """The ids of the jobs waiting packed, without a row (layout 3: the fields of
+    ``packed``); ``ready`` may hold more (ids since unpacked or claimed)."""
+    return set(client.hkeys(QueueKeys.of(queue).packed))
+
+
+def locations(client: redis.Redis, queue: str) -> dict[str, set[str]]:
+    """Each location's ids; ``pending`` holds the waiting jobs of every lane and the packed
+    jobs (which :func:`assert_consistent` checks are in no set)."""
+    out = _sets(client, QueueKeys.of(queue))
+    out["pending"] |= packed_ids(client, queue)
+    return out
+
+
 def where(client: redis.Redis, queue: str, job_id: str) -> list[str]:
-    """Every location set that holds ``job_id`` (G1: must be one, or none once completed)."""
-    return [loc for loc, ids in locations(client, queue).items() if job_id in ids]
+    """Every location that holds ``job_id`` (G1: must be one, or none once completed); a
+    packed job is ``pending``, and an id both packed and in a set is listed for each."""
+    k = QueueKeys.of(queue)
+    found = [loc for loc, ids in _sets(client, k).items() if job_id in ids]
+    return found + (["pending"] if client.hexists(k.packed, job_id) else [])
+
+
+def _check_packed(client: redis.Redis, k: QueueKeys, seen: dict[str, str]) -> set[str]:
+    """The packed ids, after asserting that each is in no location set, has no row, decodes
+    as a packed entry and waits in ``ready``, and that the queue is in layout 3 or later."""
+    entries: dict[str, str] = client.hgetall(k.packed)
+    if not entries:
+        return set()
+    layout = client.hget(k.meta, "layout")
+    assert int(layout or 1) >= 3, f"packed jobs in a queue in layout {layout or 1}"
+    ready = set(client.lrange(k.ready, 0, -1))
+    for job_id, entry in entries.items():
+        assert job_id not in seen, f"{job_id} is packed and also in {seen[job_id]}"
+        assert not client.exists(k.job(job_id)), f"{job_id} is packed and also has a row"
+        assert split_packed(entry) is not None, f"{job_id}: not a packed entry: {entry!r}"
+        assert job_id in ready, f"{job_id} is packed but not in ready: never claimed"
+    return set(entries)
 
 
 def assert_consistent(client: redis.Redis, queue: str) -> dict[str, set[str]]:
-    """G1 over the whole queue: each id in exactly one set, its row present with the matching
-    state; no row without a location, except a kept completed job's (results,
-    ``keep_completed``): state ``completed``, in no location set, with an expiry."""
+    """G1 over the whole queue: each id in exactly one location, its row present with the
+    matching state, or packed (layout 3: in ``packed`` and ``ready``, in no set, no row); no
+    row without a location, except a kept completed job's (results, ``keep_completed``):
+    state ``completed``, in no location set, with an expiry. Returns :func:`locations`."""
     k = QueueKeys.of(queue)
-    locs = locations(client, queue)
+    locs = _sets(client, k)
     seen: dict[str, str] = {}
     for loc, ids in locs.items():
         for job_id in ids:
@@ -53,6 +89,7 @@ def assert_consistent(client: redis.Redis, queue: str) -> dict[str, set[str]]:
             seen[job_id] = loc
             state = client.hget(k.job(job_id), "state")
             assert state == STATE_OF_LOCATION[Location(loc)].value, (job_id, loc, state)
+    packed = _check_packed(client, k, seen)
     rows = {key.rsplit(":", 1)[1] for key in client.scan_iter(match=k.prefix + "job:*", count=1000)}
     kept = {
         r
@@ -60,6 +97,7 @@ def assert_consistent(client: redis.Redis, queue: str) -> dict[str, set[str]]:
         if client.hget(k.job(r), "state") == "completed" and client.pttl(k.job(r)) > 0
     }
     assert rows - kept == set(seen), f"rows without a location: {rows - kept - set(seen)}"
+    locs["pending"] |= packed
     return locs
 
 

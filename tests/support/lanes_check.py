@@ -12,7 +12,7 @@ import redis
 from emq.model.keys import QueueKeys
 from emq.model.lanes import DEFAULT_LANE
 
-from .helpers import assert_consistent
+from .helpers import assert_consistent, packed_ids
 
 
 def _lane_of(client: redis.Redis, k: QueueKeys, job_id: str) -> str:
@@ -23,7 +23,8 @@ def check_lanes(client: redis.Redis, queue: str) -> dict[str, dict[str, set[str]
     """Assert, for one queue:
 
     1. G1 over every lane: each id in exactly one location, its row's state matching;
-    2. each lane's waiting set holds exactly the waiting jobs whose row names that lane;
+    2. each lane's waiting set holds exactly the waiting jobs whose row names that lane (the
+       default lane's: with the packed jobs, which have no row);
     3. in lane mode, each lane's active set holds exactly its leased jobs (a slot is taken by a
        job that is really leased, and by nothing else);
     4. every lane with waiting jobs can be served: it is in the ring, held (later), parked at
@@ -45,9 +46,11 @@ def check_lanes(client: redis.Redis, queue: str) -> dict[str, dict[str, set[str]
         lane(_lane_of(client, k, job_id))["pending"].add(job_id)
     for job_id in locs["active"]:
         lane(_lane_of(client, k, job_id))["active"].add(job_id)
+    packed = packed_ids(client, queue)  # the default lane's, waiting without a row
     for name, ids in lanes.items():
         key = k.lane_pending(name)
-        assert set(client.zrange(key, 0, -1)) == ids["pending"], f"lane {name}: waiting set"
+        waiting = set(client.zrange(key, 0, -1)) | (packed if name == DEFAULT_LANE else set())
+        assert waiting == ids["pending"], f"lane {name}: waiting set"
     seen_active = {
         key.split(":")[-2]: set(client.smembers(key))
         for key in client.scan_iter(match=k.prefix + "lane:*:active", count=1000)

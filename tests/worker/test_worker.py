@@ -545,7 +545,9 @@ async def test_a_payload_damaged_on_the_server_fails_its_job_not_the_worker(
     seen: list[Any] = []
     w.register("x", seen.append)
     ids = queue.enqueue_many([("x", {"i": i}) for i in range(5)])
-    client.hset(queue.core.keys.job(ids[2]), "payload", "{not json")
+    k = queue.core.keys
+    name, most, trace, _ = client.hget(k.packed, ids[2]).split(" ", 3)  # it waits packed
+    client.hset(k.packed, ids[2], f"{name} {most} {trace} {{not json")
     await asyncio.wait_for(w.run(), HANG)
     assert sorted(p["i"] for p in seen) == [0, 1, 3, 4]
     row = queue.job(ids[2])

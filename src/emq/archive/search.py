@@ -4,10 +4,12 @@ What is searched where (``docs/search.md``):
 
 - **Live rows**, bounded: the newest :data:`LIVE_SCAN` ids of each location set (by score,
   highest first: the latest deaths, completions, run-at times, deadlines; the back of
-  ``pending``; in lane mode that bound is shared by the lanes' pending sets), or only the
-  location ``state`` names, read with ``HMGET`` in pipelines of :data:`CHUNK` rows. A queue
-  with millions of rows costs at most ``6 x LIVE_SCAN`` row reads per search, never a scan
-  of the whole keyspace. A job id (``job_id``, or a ``text`` that is one) is read directly.
+  ``pending``; in lane mode that bound is shared by the lanes' pending sets; and the newest
+  :data:`LIVE_SCAN` packed jobs, the back of ``ready``), or only the location ``state``
+  names, read with ``HMGET`` in pipelines of :data:`CHUNK` rows (a packed job, which has no
+  row, by its entry in ``packed``, read with it). A queue with millions of rows costs at
+  most ``7 x LIVE_SCAN`` row reads per search, never a scan of the whole keyspace. A job id
+  (``job_id``, or a ``text`` that is one) is read directly.
 - **The floor**, through its indexes (:mod:`emq.archive.fts`): the job index for an id, the
   full-text index for ``text`` and ``name``, the index of the rare ends (dead, cancelled,
   removed), else the primary key (time); at most ``ROW_CAP`` candidate rows and ``JOB_CAP``
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..calls.call import packed_row
 from ..errors import InvalidOption
 from ..model.checks import shown
 from ..model.ids import ID_PATTERN, check_id, minted_at_ms
@@ -180,8 +183,13 @@ def live_hit(p: _Plan, job_id: str, row: dict[str, str]) -> Hit | None:
     return Hit(job_id, row.get("name"), state, ms, "live", snip, error)
 
 
-def _decode(values: Sequence[Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in zip(ROW_FIELDS, values, strict=True) if v is not None}
+def _decode(values: Sequence[Any], entry: str | None = None) -> dict[str, str]:
+    """A live row's fields from its ``HMGET`` reply; without a row, those of the packed
+    ``entry`` read with it (None: not packed)."""
+    row = {k: str(v) for k, v in zip(ROW_FIELDS, values, strict=True) if v is not None}
+    if row.get("state") or entry is None:
+        return row
+    return {k: v for k, v in packed_row(entry).items() if k in ROW_FIELDS}
 
 
 def merge(p: _Plan, live: Iterable[Hit], floor: Iterable[FloorHit],
@@ -287,6 +295,18 @@ async def asearch(queue: AsyncQueue, query: SearchQuery, *, floor: FloorArg = No
     return merge(p, live, found, await _rows_async(queue, missed))
 
 
+def _scans_packed(p: _Plan) -> bool:
+    """Whether the scan reads the newest packed jobs (the back of ``ready``): when it scans
+    ``pending``. The slice is read last, and turned newest first by :func:`_newest_packed`."""
+    return p.q.job_id is None and "pending" in p.locations
+
+
+def _newest_packed(p: _Plan, sets: list[Any]) -> list[Any]:
+    if _scans_packed(p):
+        sets[-1] = sets[-1][::-1]
+    return sets
+
+
 def _scan_ids(p: _Plan, sets: Sequence[Sequence[str]]) -> list[str]:
     return list(dict.fromkeys([*p.ids, *(i for members in sets for i in members)]))
 
@@ -311,7 +331,9 @@ def _live_sync(queue: Queue, p: _Plan) -> list[Hit]:
     with queue.client.pipeline(transaction=False) as pipe:
         for key, count in keys:
             pipe.zrange(key, 0, count - 1, desc=True)
-        sets = pipe.execute() if keys else []
+        if _scans_packed(p):
+            pipe.lrange(queue.core.keys.ready, -LIVE_SCAN, -1)
+        sets = _newest_packed(p, pipe.execute()) if keys else []
     ids = _scan_ids(p, sets)
     rows = _rows_sync(queue, ids)
     return [h for i in ids if i in rows and (h := live_hit(p, i, rows[i]))]
@@ -325,7 +347,9 @@ async def _live_async(queue: AsyncQueue, p: _Plan) -> list[Hit]:
     async with queue.client.pipeline(transaction=False) as pipe:
         for key, count in keys:
             pipe.zrange(key, 0, count - 1, desc=True)
-        sets = await pipe.execute() if keys else []
+        if _scans_packed(p):
+            pipe.lrange(queue.core.keys.ready, -LIVE_SCAN, -1)
+        sets = _newest_packed(p, await pipe.execute()) if keys else []
     ids = _scan_ids(p, sets)
     rows = await _rows_async(queue, ids)
     return [h for i in ids if i in rows and (h := live_hit(p, i, rows[i]))]
@@ -338,8 +362,10 @@ def _rows_sync(queue: Queue, ids: Sequence[str]) -> dict[str, dict[str, str]]:
         with queue.client.pipeline(transaction=False) as pipe:
             for i in chunk:
                 pipe.hmget(queue.core.keys.job(i), list(ROW_FIELDS))
-            for i, values in zip(chunk, pipe.execute(), strict=True):
-                if (row := _decode(values)).get("state"):
+                pipe.hget(queue.core.keys.packed, i)
+            got = pipe.execute()
+            for i, values, entry in zip(chunk, got[::2], got[1::2], strict=True):
+                if (row := _decode(values, entry)).get("state"):
                     out[i] = row
     return out
 
@@ -351,7 +377,9 @@ async def _rows_async(queue: AsyncQueue, ids: Sequence[str]) -> dict[str, dict[s
         async with queue.client.pipeline(transaction=False) as pipe:
             for i in chunk:
                 pipe.hmget(queue.core.keys.job(i), list(ROW_FIELDS))
-            for i, values in zip(chunk, await pipe.execute(), strict=True):
-                if (row := _decode(values)).get("state"):
+                pipe.hget(queue.core.keys.packed, i)
+            got = await pipe.execute()
+            for i, values, entry in zip(chunk, got[::2], got[1::2], strict=True):
+                if (row := _decode(values, entry)).get("state"):
                     out[i] = row
     return out

@@ -114,12 +114,20 @@ def decode_answers(reply: list[Any]) -> list[Answer]:
 
 
 def decode_job(
-    job_id: str, row: dict[str, str], run_at: float | None = None, deadline: float | None = None
+    job_id: str,
+    row: dict[str, str],
+    run_at: float | None = None,
+    deadline: float | None = None,
+    packed: str | None = None,
 ) -> Job | None:
     """A :class:`Job` from an ``HGETALL`` reply and the job's ``ZSCORE`` in ``schedule``
-    (``run_at``) and in ``active`` (``deadline``), read with it; None if the row is gone."""
+    (``run_at``) and in ``active`` (``deadline``), read with it; without a row, from its
+    entry in ``packed`` (layout 3, :func:`packed_row`) read with them; None if it has
+    neither (completed, removed)."""
     if not row:
-        return None
+        if packed is None:
+            return None
+        row = packed_row(packed)
     return Job(
         id=job_id,
         state=row.get("state", ""),
@@ -136,6 +144,43 @@ def decode_job(
         run_at_ms=None if run_at is None else int(run_at),
         lease_deadline_ms=None if deadline is None else int(deadline),
     )
+
+
+def split_packed(entry: str) -> tuple[str, str, str, str] | None:
+    """``(name, max_attempts, trace, payload)`` of a packed entry, split on its first three
+    spaces only (the payload is JSON text that may hold spaces; an empty trace leaves two
+    spaces in a row), or None if it is not in that shape (a name outside the grammar, a
+    max_attempts that is not a decimal integer)."""
+    parts = entry.split(" ", 3)
+    if len(parts) != 4:
+        return None
+    name, attempts, trace, payload = parts
+    if not JOB_NAME.fullmatch(name) or not (attempts.isascii() and attempts.isdigit()):
+        return None
+    return name, attempts, trace, payload
+
+
+def packed_row(entry: str) -> dict[str, str]:
+    """The row a packed entry stands for: exactly the fields a script writes when it unpacks
+    the job (``state`` pending, ``name``, ``payload``, ``priority`` 0, ``max_attempts``, and
+    ``trace`` unless empty), so a packed job reads as the same :class:`Job` as its row would.
+    An entry not in the packed shape (written by hand) is kept whole as the payload, with no
+    name: the job still reads (its payload as unreadable, unless the text is JSON) and one
+    damaged entry never fails a listing."""
+    parts = split_packed(entry)
+    if parts is None:
+        return {"state": "pending", "payload": entry}
+    name, attempts, trace, payload = parts
+    row = {
+        "state": "pending",
+        "name": name,
+        "payload": payload,
+        "priority": "0",
+        "max_attempts": attempts,
+    }
+    if trace:
+        row["trace"] = trace
+    return row
 
 
 COUNT_FIELDS = ("completed", "failed", "dead", "recovered")

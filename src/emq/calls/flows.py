@@ -212,6 +212,13 @@ def given_ids(nodes: list[_Node]) -> list[tuple[str, str]]:
     return out
 
 
+def given_packed(nodes: list[_Node]) -> list[tuple[str, str]]:
+    """The (``packed`` key, id) of each node whose id the caller gave, in the order of
+    :func:`given_ids`: a given id that waits packed (layout 3, no row) exists as well, a job
+    without a parent."""
+    return [(QueueKeys.of(n.queue).packed, str(n.group[0])) for n in nodes if n.group[0]]
+
+
 def judge_given(given: list[tuple[str, str]], found: list[str | None], total: int) -> None:
     """Raise DuplicateConflict unless no given id exists, or every job of the flow exists
     with the parent given (a resend: its steps then admit nothing). ``found`` holds each

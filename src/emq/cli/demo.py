@@ -316,6 +316,8 @@ def _summary(q: Queue, fleet: Fleet, counts: dict[str, int], total: int, poison_
     for loc in Location:
         for job_id in q.client.zrange(q.core.keys.location(loc.value), 0, -1):
             places[str(job_id)] = places.get(str(job_id), 0) + 1
+    for job_id in q.client.hkeys(q.core.keys.packed):  # waiting without a row: pending too
+        places[str(job_id)] = places.get(str(job_id), 0) + 1
     row = q.job(poison_id) if poison_id else None
     stale = frozen.lease_lost[0] if frozen is not None and frozen.lease_lost else None
     refused = False

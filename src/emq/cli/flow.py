@@ -4,9 +4,11 @@
 Reads only, one pipelined round trip per level of the tree: each node's row (``name``,
 ``state``, ``children_left``, ``on_failure``, ``last_error``), its ``flow:<id>`` HASH (its
 children, each with the status the parent counted: ``''`` while unfinished) and its
-``flow:<id>:results``. A child in another queue is named ``<id>@<queue>`` in its parent's
-HASH and is read from that queue's keys. A child whose row is gone (completed and not kept)
-shows the status its parent counted. The walk stops at :data:`MAX_NODES` nodes and says so.
+``flow:<id>:results``; a job waiting packed (no row) shows the fields of its ``packed`` entry,
+read with them (a row's own fields, if one was written beside it, win). A child in another
+queue is named ``<id>@<queue>`` in its parent's HASH and is read from that queue's keys. A
+child whose row is gone (completed and not kept) shows the status its parent counted. The
+walk stops at :data:`MAX_NODES` nodes and says so.
 
 Not a snapshot: each level is read at its own moment, so in a moving flow a parent's count
 and its child's row may be one step apart. An unknown or invalid id, or an invalid queue
@@ -24,6 +26,7 @@ import redis
 from rich.text import Text
 from rich.tree import Tree
 
+from ..calls.call import packed_row
 from ..errors import InvalidInput, JobNotFound
 from ..model.checks import MAX_SHOWN, shown
 from ..model.ids import check_id
@@ -131,11 +134,15 @@ def walk(client: redis.Redis, queue: str, job_id: str, limit: int = MAX_NODES) -
             pipe.hmget(keys.job(node.id), ROW_FIELDS)
             pipe.hgetall(keys.flow(node.id))
             pipe.hgetall(keys.flow(node.id) + ":results")
+            pipe.hget(keys.packed, node.id)
         replies = pipe.execute()
         below: list[Node] = []
         for i, node in enumerate(level):
-            values, statuses, results = replies[3 * i : 3 * i + 3]
+            values, statuses, results, packed = replies[4 * i : 4 * i + 4]
             node.row = {f: v for f, v in zip(ROW_FIELDS, values, strict=True) if v is not None}
+            if packed is not None:  # waiting packed: its entry's fields, under any row's
+                entry = {f: v for f, v in packed_row(packed).items() if f in ROW_FIELDS}
+                node.row = {**entry, **node.row}
             if node is root and not node.row:
                 raise JobNotFound(
                     f"job {job_id} not found in queue {queue} (a completed job's row is "

@@ -208,12 +208,13 @@ async def read_counts(
     dash: Dash, names: list[str], *, oldest: bool = False
 ) -> dict[str, dict[str, int]]:
     """``counts()`` plus ``paused`` (0 or 1) of each queue, :data:`CHUNK` queues per round
-    trip, each chunk read at one instant (one MULTI); a queue in lane mode then reads its
-    lanes for ``pending``, as ``counts()`` does. With ``oldest``, ``oldest_ms`` is when the
-    oldest of the first :data:`OLDEST_SCAN` waiting jobs in claim order was minted (0: none
-    waits)."""
+    trip, each chunk read at one instant (one MULTI), ``pending`` with the packed jobs; a
+    queue in lane mode then reads its lanes for ``pending``, as ``counts()`` does. With
+    ``oldest``, ``oldest_ms`` is when the oldest of the first :data:`OLDEST_SCAN` waiting
+    jobs in claim order was minted (0: none waits); a queue with packed jobs reads them
+    after the MULTI, merged as ``Queue.jobs`` merges them."""
     out: dict[str, dict[str, int]] = {}
-    width = len(Location) + 3 + int(oldest)
+    width = len(Location) + 4 + int(oldest)
     step = 1 if is_cluster_client(dash.client) else CHUNK  # a MULTI holds one slot on a cluster
     for start in range(0, len(names), step):
         chunk = names[start : start + step]
@@ -225,17 +226,19 @@ async def read_counts(
                 p.hmget(k.metrics, list(COUNT_FIELDS))
                 p.hmget(k.meta, ["lanes", "paused"])
                 p.hlen(k.outbox)
+                p.hlen(k.packed)
                 if oldest:
                     p.zrange(k.pending, 0, OLDEST_SCAN - 1)
             replies = await p.execute()
         for i, name in enumerate(chunk):
             part = replies[i * width : (i + 1) * width]
             sizes = part[: len(Location)]
-            metrics, (lanes, paused), outbox, *ids = part[len(Location) :]
+            metrics, (lanes, paused), outbox, packed, *ids = part[len(Location) :]
             counts = decode_counts(sizes, metrics, outbox)
-            if lanes == "1":
+            counts["pending"] += int(packed)
+            if lanes == "1" or packed:
                 q = dash.queue(name)
-                counts = await q.counts()
+                counts = await q.counts() if lanes == "1" else counts
                 ids = [await q._pending_ids(0, OLDEST_SCAN, None)] if oldest else []
             out[name] = {**counts, "paused": int(paused == "1")}
             if oldest:

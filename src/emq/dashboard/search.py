@@ -82,14 +82,17 @@ async def _search(request: Request, names: list[str], query: SearchQuery) -> lis
 
 
 async def _holders(request: Request, names: list[str], job_id: str) -> list[str]:
-    """The known queues that hold a live row for ``job_id`` (one pipelined EXISTS each), so
-    an id is found in any queue, not only in the first :data:`SEARCH_QUEUES`."""
+    """The known queues that hold a live row for ``job_id`` or hold it packed (a pipelined
+    EXISTS and HEXISTS each), so an id is found in any queue, not only in the first
+    :data:`SEARCH_QUEUES`."""
     d = dash(request)
     async with d.client.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.exists(QueueKeys(name).job(job_id))
+            pipe.hexists(QueueKeys(name).packed, job_id)
         found = await pipe.execute()
-    return [name for name, n in zip(names, found, strict=True) if n]
+    pairs = zip(names, found[::2], found[1::2], strict=True)
+    return [name for name, row, packed in pairs if row or packed]
 
 
 async def search_page(request: Request) -> Response:

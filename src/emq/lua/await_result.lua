@@ -18,14 +18,17 @@
 --   {'cancelled', last_error} | {'told', 'outcome\nvalue'} (a message left on done:<id>) |
 --   {'missing'} (no row) | {'waiting', state}
 -- Errors: none
--- Derives: none
--- Includes: layout
+-- Derives: packed HASH, pending ZSET (a packed waiting job gets its row first: a waiter is
+--   counted on its row; includes/packed.lua)
+-- Includes: layout, packed
 local k_job = KEYS[1]
 local k_done = KEYS[2]
 local k_meta = KEYS[3]
 local register = ARGV[1]
 local row = k_job
-check_layout(redis.call('HGET', k_meta, 'layout'), string.sub(k_meta, 1, -5))
+local prefix = string.sub(k_meta, 1, -5)
+check_layout(redis.call('HGET', k_meta, 'layout'), prefix)
+unpack_job(prefix, string.sub(k_job, #prefix + 5))
 
 local f = redis.call('HMGET', row, 'state', 'result', 'last_error', 'cancelled', 'waiters')
 if not f[1] then

@@ -29,9 +29,10 @@
 -- A flow's waiting parent (docs/flows.md) leaves waiting the same way, and its unfinished
 -- children are cancelled with it in this same step (a leased one gets its cancel request);
 -- a cancelled child of a flow is counted for its parent (includes/flows.lua flow_child_done).
--- Derives: job:<id> HASH, done:<id> LIST, lane:<L>:pending ZSET, events:archived STRING
+-- Derives: packed HASH (a packed job is unpacked first: includes/packed.lua),
+--   job:<id> HASH, done:<id> LIST, lane:<L>:pending ZSET, events:archived STRING
 --   (read only), waiting ZSET, flow:<id> HASH, flow:<id>:results HASH, wake LIST
--- Includes: answers, cancel, clock, events, lanes
+-- Includes: answers, cancel, clock, events, lanes, packed
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -46,6 +47,7 @@ local reason = ARGV[4]
 
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
+unpack_job(prefix, id)  -- a packed waiting job (layout 3) gets its row first
 
 local now = server_ms()
 

@@ -18,6 +18,9 @@
 -- mode the lanes in lanes:ring are served by stride scheduling: the lane with the lowest pass
 -- gets the next job and its pass grows by 1/weight; a lane that is paused, held, at its
 -- concurrency limit or out of rate leaves the ring (for conf, lanes:later or lanes:full).
+-- The default lane's waiting jobs are pending's and, in layout 3, the packed ones (ready),
+-- merged in claim order (includes/packed.lua pop_waiting); a packed job's row is made here,
+-- in one HSET.
 --
 -- KEYS[1] pending    ZSET    waiting jobs of the default lane, score = priority
 -- KEYS[2] active     ZSET    leased jobs, score = lease deadline ms
@@ -44,9 +47,10 @@
 --          job)
 -- Errors: none
 -- Derives: job:<id> HASH, claim:<request> STRING (the stored reply), rate ZSET (claim log),
+--   packed HASH, ready LIST (layout 3: packed jobs),
 --   lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH, lane:<L>:pending ZSET,
 --   lane:<L>:active SET, lane:<L>:rate ZSET, wake LIST, events:archived STRING (read only)
--- Includes: clock, due, events, lanes
+-- Includes: clock, due, events, lanes, packed
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -140,8 +144,39 @@ promote_due(prefix, k_schedule, k_pending, now, count, false, missing)
 
 local logged = {}  -- 'id:token' of each lease, for the queue's rate log
 local leased_ids = {}  -- deadline, id pairs: one ZADD into active at the end
+-- one leased job's reply, its rate log entry and its event
+local function leased(id, token, attempts, stalled, name, payload, lane, parent, trace)
+  leased_ids[#leased_ids + 1] = deadline
+  leased_ids[#leased_ids + 1] = id
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = token
+  out[n + 3] = attempts
+  out[n + 4] = stalled
+  out[n + 5] = name
+  out[n + 6] = payload
+  out[n + 7] = lane
+  out[n + 8] = parent
+  out[n + 9] = trace
+  if q_most > 0 then logged[#logged + 1] = id .. ':' .. token end
+  emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
+  return token
+end
+
+-- lease a packed job (layout 3): its row is made here, first attempt, token from the clock
+local function lease_packed(id, entry)
+  local name, max_attempts, trace, payload = unpack_entry(entry)
+  local f = {'state', 'active', 'name', name, 'payload', payload, 'priority', '0',
+    'max_attempts', max_attempts, 'attempts', '1', 'token', now_token}
+  if trace ~= '' then f[#f + 1], f[#f + 2] = 'trace', trace end
+  if worker ~= '' then f[#f + 1], f[#f + 2] = 'worker', worker end
+  redis.call('HSET', prefix .. 'job:' .. id, unpack(f))
+  return leased(id, now_token, 1, 0, name, payload, '', '', trace)
+end
+
 -- lease one popped id of lane (its row read here); false if the row is missing
-local function lease(id, lane, from)
+local function lease(id, lane, from, entry)
+  if entry then return lease_packed(id, entry) end
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'stalled', 'name', 'payload', 'attempts',
     'parent', 'trace', 'worker')
@@ -163,21 +198,20 @@ local function lease(id, lane, from)
     redis.call('HSET', row, 'state', 'active', 'token', token, 'attempts', attempts)
     if f[8] then redis.call('HDEL', row, 'worker') end  -- a previous run's worker
   end
-  leased_ids[#leased_ids + 1] = deadline
-  leased_ids[#leased_ids + 1] = id
-  local n = #out
-  out[n + 1] = id
-  out[n + 2] = token
-  out[n + 3] = attempts
-  out[n + 4] = tonumber(f[2] or '0')
-  out[n + 5] = f[3]
-  out[n + 6] = f[4]
-  out[n + 7] = lane
-  out[n + 8] = f[6] or ''
-  out[n + 9] = f[7] or ''
-  if q_most > 0 then logged[#logged + 1] = id .. ':' .. token end
-  emit('event', 'claimed', 'job', id, 'attempts', attempts, 'token', token)
-  return token
+  return leased(id, token, attempts, tonumber(f[2] or '0'), f[3], f[4], lane, f[6] or '',
+    f[7] or '')
+end
+
+-- pops up to n waiting jobs of lane: ids and their packed entries (false: a row job)
+local function pop_lane(lane, n)
+  if lane == DEFAULT_LANE then return pop_waiting(prefix, k_pending, n) end
+  local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, lane), n)
+  local ids, entries = {}, {}
+  for j = 1, #popped, 2 do
+    ids[#ids + 1] = popped[j]
+    entries[#ids] = false
+  end
+  return ids, entries
 end
 
 -- a binary heap of lane indexes ordered by (pass, index), passes in their own array: the
@@ -253,9 +287,9 @@ end
 
 local served = 0
 if not lane_mode then
-  local popped = redis.call('ZPOPMIN', k_pending, want)
-  for i = 1, #popped, 2 do
-    if lease(popped[i], '', 'pending') then served = served + 1 end
+  local ids, entries = pop_waiting(prefix, k_pending, want)
+  for i, id in ipairs(ids) do
+    if lease(id, '', 'pending', entries[i]) then served = served + 1 end
   end
 else
   local back = redis.call('ZRANGEBYSCORE', k_later, '-inf', now, 'LIMIT', 0, 1000)
@@ -345,22 +379,22 @@ else
     for i = 1, n do
       if take[i] > 0 then
         local lane = names[i]
-        local popped = redis.call('ZPOPMIN', lane_pending_key(k_pending, lane), take[i])
-        local leased, logs = {}, {}
+        local ids, entries = pop_lane(lane, take[i])
+        local taken, logs = {}, {}
         local shown = lane == DEFAULT_LANE and '' or lane
-        for j = 1, #popped, 2 do
-          local token = lease(popped[j], shown, 'pending')
+        for j, id in ipairs(ids) do
+          local token = lease(id, shown, 'pending', entries[j])
           if token then
-            leased[#leased + 1] = popped[j]
-            if most[i] > 0 then logs[#logs + 1] = popped[j] .. ':' .. token end
+            taken[#taken + 1] = id
+            if most[i] > 0 then logs[#logs + 1] = id .. ':' .. token end
           end
         end
-        served = served + #leased
-        if #leased > 0 then redis.call('SADD', lane_key(lane, 'active'), unpack(leased)) end
+        served = served + #taken
+        if #taken > 0 then redis.call('SADD', lane_key(lane, 'active'), unpack(taken)) end
         if most[i] > 0 then log_claims(lane_key(lane, 'rate'), per[i], logs) end
-        if #popped / 2 < take[i] then
+        if #ids < take[i] then
           drop[#drop + 1] = lane  -- no more waiting jobs
-        elseif conc[i] > 0 and run[i] + #leased >= conc[i] then
+        elseif conc[i] > 0 and run[i] + #taken >= conc[i] then
           drop[#drop + 1] = lane
           redis.call('SADD', k_full, lane)
         else

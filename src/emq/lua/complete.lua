@@ -28,7 +28,8 @@
 -- Returns: array, per job: 'completed' | 'lost' (a lease_lost event is appended) | 'gone' (no
 --   row: already completed, by a resent call whose first reply was lost, or removed)
 -- Errors: none
--- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
 --   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
 --   de:<dedup> STRING, lane:<L>:active SET, lanes:full SET,
 --   lanes:ring ZSET, wake LIST (a freed slot of a limited queue or lane wakes a worker),
@@ -120,7 +121,7 @@ for n, id in ipairs(given) do
     local score = scores[n]
     local f = redis.call('HMGET', row, 'token', 'attempts', 'dedup', 'lane', 'waiters',
       'parent', 'children_left', 'state')
-    if not f[8] then
+    if not f[8] and no_job(prefix, id) then
       out[#out + 1] = ANSWER.gone
     elseif score and tonumber(score) > now and f[1] == token then
       seen[id] = true

@@ -25,7 +25,8 @@
 --   dead, cancelled, not given back; a hold asked for still applies) | 'lost' (a lease_lost
 --   event is appended) | 'gone' (no row: completed or removed)
 -- Errors: none
--- Derives: job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   job:<id> HASH, lane:<L>:pending ZSET, lane:<L>:active SET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, metrics HASH (cancelled), done:<id> LIST,
 --   events:archived STRING (read only), flow:<parent> HASH, flow:<parent>:results HASH,
 --   waiting ZSET, outbox HASH (a cancelled flow's child: docs/flows.md)
@@ -54,7 +55,7 @@ for i = 3, #ARGV, 5 do
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'priority', 'lane', 'cancel', 'waiters',
     'attempts', 'lifo', 'state', 'parent', 'on_failure')
-  if not f[8] then
+  if not f[8] and no_job(prefix, id) then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token and f[4] then
     redis.call('ZREM', k_active, id)  -- a cancel was requested: it is not given back

@@ -3,7 +3,9 @@
 -- Deletes waiting jobs (of every lane), at most limit per call so no call holds the server
 -- for long; the
 -- caller repeats until a call removes fewer than limit. Leased and dead jobs are kept.
--- Safety belt: each id leaves its set together with its row and dedup key.
+-- Safety belt: each id leaves its set together with its row and dedup key. Packed jobs
+-- (layout 3) go first: all at once when the call's limit covers them, else popped from
+-- ready in order (a tombstone there is dropped without counting).
 -- Flows (docs/flows.md): a drained child is counted for its parent as 'removed', as remove
 -- does (in this step, or through the outbox for a parent in another queue), so a parent
 -- whose last children were drained is pending (and a later call of the drain takes it too);
@@ -21,13 +23,13 @@
 -- ARGV[3] limit      integer most jobs to delete in this call, 1..10000
 -- Returns: the number of jobs deleted
 -- Errors: none
--- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
+-- Derives: packed HASH, ready LIST (layout 3), job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lanes:later ZSET, lanes:full SET, lanes:conf HASH (read only), events:archived STRING
 --   (read only), flow:<id> HASH, flow:<id>:results HASH, flow:<parent> HASH, waiting ZSET,
 --   wake LIST, outbox HASH (a flow's child or parent: docs/flows.md), logs:<id> LIST (a
 --   retried job's log lines go with it)
 -- Flags: allow-oom
--- Includes: clock, events, flows, lanes
+-- Includes: clock, events, flows, lanes, packed
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
@@ -40,7 +42,7 @@ use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
 
 local now = server_ms()
-local removed = 0
+local removed = drop_packed(prefix, limit)  -- packed jobs (layout 3) first
 local sets = {k_pending}
 if lane_mode then
   for _, lane in ipairs(known_lanes()) do sets[#sets + 1] = lane_pending_key(k_pending, lane) end

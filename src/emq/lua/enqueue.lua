@@ -12,7 +12,9 @@
 -- completed a job and its row is gone, so the job does not run again.
 -- A lifo job (its row gets lifo = 1) enters ahead of the FIFO jobs of its priority, the
 -- newest first (includes/lanes.lua lifo_score; one HINCRBY of meta lifo_seq per call with
--- lifo jobs).
+-- lifo jobs). In layout 3 a job of the common case (priority 0, default lane, no delay,
+-- dedup or lifo, lane mode off) is packed instead of getting a row: one HSET of packed and
+-- one RPUSH of ready per call (includes/packed.lua).
 --
 -- KEYS[1] pending    ZSET    waiting jobs, score = priority
 -- KEYS[2] schedule   ZSET    delayed jobs, score = run-at ms
@@ -31,10 +33,11 @@
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
 -- Derives: job:<id> HASH, de:<dedup> STRING, admitted:<request> STRING (60 s),
+--   packed HASH, ready LIST (layout 3: packed jobs),
 --   lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), events:archived STRING (read only),
 --   active ZSET, dead ZSET, metrics HASH (read only: whether the queue is new, its layout)
--- Includes: clock, events, lanes, layout, rows, wake
+-- Includes: clock, events, lanes, layout, packed, rows, wake
 local k_pending = KEYS[1]
 local k_schedule = KEYS[2]
 local k_events = KEYS[3]
@@ -70,6 +73,12 @@ local now = server_ms()
 local rows = {}
 for i = FIRST, #ARGV, GROUP do rows[#rows + 1] = prefix .. 'job:' .. ARGV[i] end
 local none_exist = redis.call('EXISTS', unpack(rows)) == 0
+local packed_now = {}  -- layout 3: each job's packed entry, if its id waits packed
+if queue_layout >= 3 then
+  local ids = {}
+  for i = FIRST, #ARGV, GROUP do ids[#ids + 1] = ARGV[i] end
+  packed_now = redis.call('HMGET', prefix .. 'packed', unpack(ids))
+end
 local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
 local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}
@@ -87,8 +96,12 @@ for i = FIRST, #ARGV, GROUP do
   if new == 1 then
     local same
     local first = seen[id]
+    local entry = packed_now[#targets + 1]
     if first then
       same = ARGV[first + 1] == name and ARGV[first + 2] == payload
+    elseif entry then
+      local cur_name, _, _, cur_payload = unpack_entry(entry)
+      same = cur_name == name and cur_payload == payload
     elseif not none_exist and redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
       local cur = redis.call('HMGET', prefix .. 'job:' .. id, 'name', 'payload')
       same = cur[1] == name and cur[2] == payload
@@ -119,51 +132,68 @@ local out = {}
 local waiting = {}  -- lane -> score, member pairs for one ZADD (at most 1,000 jobs per call)
 local lanes = {}  -- the lanes in the order they first appear
 local ready = 0
+local packs, pack_ids = {}, {}  -- id, entry pairs for one HSET of packed; ids for ready
 local seq = 0  -- the next lifo number
 if lifos > 0 then seq = lifo_seq(lifos) end
+-- a new job with a row: in schedule, or in its lane's waiting set (one ZADD per lane, below)
+local function admit_row(id, row, i, state)
+  local name, payload = ARGV[i + 1], ARGV[i + 2]
+  local priority, max_attempts = ARGV[i + 3], ARGV[i + 4]
+  local delay, dedup, lane = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
+  local fields = row_fields(name, payload, state, priority, max_attempts, lane)
+  if dedup ~= '' then
+    fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
+    redis.call('SET', prefix .. 'de:' .. dedup, id)
+  end
+  if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
+  local score = priority
+  if ARGV[i + 8] == '1' then
+    fields[#fields + 1], fields[#fields + 2] = 'lifo', '1'
+    if delay == 0 then
+      score = lifo_score(priority, seq)
+      seq = seq + 1
+    end
+  end
+  redis.call('HSET', row, unpack(fields))
+  if delay > 0 then
+    redis.call('ZADD', k_schedule, now + delay, id)
+  else
+    ready = ready + 1
+    local set = waiting[lane]
+    if not set then
+      set = {}
+      waiting[lane] = set
+      lanes[#lanes + 1] = lane
+    end
+    set[#set + 1] = score
+    set[#set + 1] = id
+  end
+end
+
 for n, id in ipairs(targets) do
   local i = FIRST + (n - 1) * GROUP
   if created[n] == 1 then
-    local name, payload = ARGV[i + 1], ARGV[i + 2]
-    local priority, max_attempts = ARGV[i + 3], ARGV[i + 4]
-    local delay, dedup, lane = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
-    local row = rows[n]
     local state = 'pending'
-    if delay > 0 then state = 'scheduled' end
-    local fields = row_fields(name, payload, state, priority, max_attempts, lane)
-    if dedup ~= '' then
-      fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
-      redis.call('SET', prefix .. 'de:' .. dedup, id)
-    end
-    if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
-    local score = priority
-    if ARGV[i + 8] == '1' then
-      fields[#fields + 1], fields[#fields + 2] = 'lifo', '1'
-      if delay == 0 then
-        score = lifo_score(priority, seq)
-        seq = seq + 1
-      end
-    end
-    redis.call('HSET', row, unpack(fields))
-    if delay > 0 then
-      redis.call('ZADD', k_schedule, now + delay, id)
-    else
+    if tonumber(ARGV[i + 5]) > 0 then state = 'scheduled' end
+    if packable(queue_layout, lane_mode, ARGV[i + 3], tonumber(ARGV[i + 5]), ARGV[i + 6],
+        ARGV[i + 7], ARGV[i + 8]) then
+      packs[#packs + 1] = id
+      packs[#packs + 1] = pack_entry(ARGV[i + 1], ARGV[i + 4], trace, ARGV[i + 2])
+      pack_ids[#pack_ids + 1] = id
       ready = ready + 1
-      local set = waiting[lane]
-      if not set then
-        set = {}
-        waiting[lane] = set
-        lanes[#lanes + 1] = lane
-      end
-      set[#set + 1] = score
-      set[#set + 1] = id
+    else
+      admit_row(id, rows[n], i, state)
     end
-    emit('event', 'enqueued', 'job', id, 'attempts', '0', 'name', name, 'state', state)
+    emit('event', 'enqueued', 'job', id, 'attempts', '0', 'name', ARGV[i + 1], 'state', state)
   end
   out[#out + 1] = id
   out[#out + 1] = created[n]
 end
 
+if #packs > 0 then
+  redis.call('HSET', prefix .. 'packed', unpack(packs))
+  redis.call('RPUSH', prefix .. 'ready', unpack(pack_ids))
+end
 for _, lane in ipairs(lanes) do
   local set = waiting[lane]
   if lane == '' and not lane_mode then

@@ -29,7 +29,7 @@
 --           separated by spaces, or ''
 -- Returns: the number of jobs admitted (0: a resent step, already admitted)
 -- Errors: EMQCONFLICT <id> when an id exists or repeats in the call
--- Derives: job:<id> HASH, flow:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
+-- Derives: job:<id> HASH, packed HASH (layout 3: includes/packed.lua), flow:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET,
 --   lane:default:active SET (when lane mode turns on), meta lifo_seq, events:archived STRING
 --   (read only)
 -- Includes: clock, events, lanes, rows, wake
@@ -50,7 +50,8 @@ for i = FIRST, #ARGV, GROUP do
   local row = prefix .. 'job:' .. id
   if seen[id] then
     clash = clash or id
-  elseif redis.call('EXISTS', row) == 1 then
+  elseif redis.call('EXISTS', row) == 1
+      or redis.call('HEXISTS', prefix .. 'packed', id) == 1 then  -- a packed job (layout 3)
     there[#there + 1] = id
     if (redis.call('HGET', row, 'parent') or '') ~= ARGV[i + 7] then clash = clash or id end
   end

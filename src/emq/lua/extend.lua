@@ -22,7 +22,8 @@
 --          was completed, for instance by an ack that crossed this heartbeat, or removed; no
 --          event, so a normal completion never raises a false lease_lost)
 -- Errors: none
--- Derives: meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
 -- Flags: allow-oom
 -- Includes: answers, clock, events, layout
 local k_active = KEYS[1]
@@ -41,7 +42,7 @@ for i = 4, #ARGV, 2 do
   local score = redis.call('ZSCORE', k_active, id)
   local f = redis.call('HMGET', prefix .. 'job:' .. id, 'token', 'cancel', 'state')
   local held = f[1]
-  if not f[3] then
+  if not f[3] and no_job(prefix, id) then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and held == token then
     redis.call('ZADD', k_active, 'XX', now + lease_ms, id)

@@ -25,7 +25,8 @@
 --   cancelled, never retried; see cancel.lua) | 'lost' (a lease_lost event is appended) |
 --   'gone' (no row: completed or removed)
 -- Errors: none
--- Derives: job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   job:<id> HASH, flow:<parent> HASH, flow:<parent>:results HASH, waiting ZSET,
 --   pending ZSET, dead ZSET, metrics HASH (a flow's child: docs/flows.md),
 --   lane:<L>:active SET, lanes:full SET, lanes:ring ZSET, wake LIST,
 --   done:<id> LIST (result() waiters of a dead job), events:archived STRING (read only)
@@ -52,7 +53,7 @@ for i = 3, #ARGV, 8 do
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'attempts', 'max_attempts', 'name', 'payload',
     'stalled', 'lane', 'waiters', 'cancel', 'parent', 'on_failure', 'state')
-  if not f[12] then
+  if not f[12] and no_job(prefix, id) then
     out[#out + 1] = ANSWER.gone
   elseif score and tonumber(score) > now and f[1] == token then
     redis.call('ZREM', k_active, id)

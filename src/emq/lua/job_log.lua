@@ -19,7 +19,8 @@
 -- Returns: array, per line: stored_at (server ms) | 'lost' (the token no longer holds the
 --          lease; nothing written) | 'gone' (no row)
 -- Errors: none
--- Derives: meta HASH (read only), job:<id> HASH (read only), logs:<id> LIST
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   meta HASH (read only), job:<id> HASH (read only), logs:<id> LIST
 -- Includes: answers, clock, layout
 local k_active = KEYS[1]
 local k_logs = KEYS[2]
@@ -39,7 +40,7 @@ for i = 4, #ARGV, 3 do
   local attempt = fence[lease]
   if attempt == nil then
     local f = redis.call('HMGET', prefix .. 'job:' .. id, 'token', 'state', 'attempts')
-    if not f[2] then
+    if not f[2] and no_job(prefix, id) then
       attempt = ANSWER.gone
     else
       local score = redis.call('ZSCORE', k_active, id)

@@ -16,7 +16,7 @@
 --          pass in the ring or ''
 -- Errors: none
 -- Derives: lanes:ring ZSET, lanes:later ZSET, lanes:full SET, lanes:conf HASH,
---   lane:<L>:pending ZSET, lane:<L>:active SET, job:<id> HASH (read only, all)
+--   lane:<L>:pending ZSET, lane:<L>:active SET, job:<id> HASH, packed HASH (read only, all)
 -- Includes: clock, lanes
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
@@ -27,10 +27,16 @@ local leased = ARGV[2]
 local m = use_lanes(prefix, k_meta, 'paused', 'rate', 'lane_concurrency', 'lane_rate',
   'held_until', 'limited_until')
 local now = server_ms()
+-- the waiting jobs of a lane: the default lane's include the packed ones (layout 3)
+local function waiting_in(lane)
+  local n = redis.call('ZCARD', lane_pending_key(k_pending, lane))
+  if lane == DEFAULT_LANE then n = n + redis.call('HLEN', prefix .. 'packed') end
+  return n
+end
 local out = {now, lane_mode and 1 or 0, m[2] == '1' and 1 or 0, m[1] or '0', m[3] or '',
   m[4] or '0', m[5] or '', m[6] or '0', redis.call('ZCARD', k_active), m[7] or '0'}
 if not lane_mode then
-  local waiting = redis.call('ZCARD', k_pending)
+  local waiting = waiting_in(DEFAULT_LANE)
   if waiting > 0 or out[9] > 0 then
     for _, v in ipairs({DEFAULT_LANE, waiting, out[9], '', '', 0, ''}) do out[#out + 1] = v end
   end
@@ -49,7 +55,7 @@ for _, id in ipairs(active) do
 end
 local p = prefix .. 'lanes:'
 for _, lane in ipairs(names) do
-  local waiting = redis.call('ZCARD', lane_pending_key(k_pending, lane))
+  local waiting = waiting_in(lane)
   local running = redis.call('SCARD', lane_key(lane, 'active'))
   local conf = redis.call('HGET', p .. 'conf', lane)
   if waiting > 0 or running > 0 or conf then

@@ -39,7 +39,7 @@
 --   messages are delivered before it goes), settings HASH (the queue's stored settings),
 --   logs ZSET, logs:<id> LIST (every job's log lines, by the logs index)
 -- Flags: allow-oom
--- Includes: clock, flows, lanes
+-- Includes: clock, flows, lanes, packed
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -60,7 +60,7 @@ if force ~= '1' and redis.call('ZCARD', k_active) > 0 then
   return redis.error_reply('EMQSTATE queue has leased jobs; stop its workers or use force')
 end
 local now = server_ms()
-local removed = 0
+local removed = drop_packed(prefix, limit)  -- packed jobs (layout 3) first
 local sets = {k_pending, k_active, k_schedule, k_dead, k_completed, prefix .. 'waiting'}
 local lanes = {}
 if lane_mode then
@@ -94,6 +94,7 @@ local left = 0
 for _, set in ipairs(sets) do
   left = left + redis.call('ZCARD', set)
 end
+left = left + redis.call('HLEN', prefix .. 'packed')
 if left > 0 or redis.call('HLEN', prefix .. 'outbox') > 0 then return {removed, 0} end
 for _, lane in ipairs(lanes) do
   redis.call('DEL', lane_key(lane, 'active'), lane_key(lane, 'rate'))

@@ -16,7 +16,8 @@
 -- Returns: array, per job: progress_at (server ms) | 'lost' (the token no longer holds the
 --          lease; nothing written, no event) | 'gone' (no row)
 -- Errors: none
--- Derives: meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
+-- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
+--   meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
 -- Includes: answers, clock, events, layout
 local k_active = KEYS[1]
 local k_events = KEYS[2]
@@ -33,7 +34,7 @@ for i = 3, #ARGV, 3 do
   local row = prefix .. 'job:' .. id
   local f = redis.call('HMGET', row, 'token', 'state')
   local held = f[1]
-  if not f[2] then
+  if not f[2] and no_job(prefix, id) then
     out[#out + 1] = ANSWER.gone
   else
     local score = redis.call('ZSCORE', k_active, id)

@@ -18,7 +18,7 @@
 -- Returns: 1 promoted (a 'promoted' event) | 0 it was pending already (nothing written)
 -- Errors: EMQNOJOB <id> when no row exists; EMQNOTWAITING <id> is <state> when the job is
 --         not pending or scheduled
--- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
+-- Derives: job:<id> HASH, packed HASH (layout 3: includes/packed.lua), lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
 --   (when lane mode turns on), events:archived STRING (read only)
 -- Includes: events, lanes, rows, wake
 local k_schedule = KEYS[1]

@@ -27,13 +27,14 @@
 -- Returns: where it was removed from: 'pending' | 'active' | 'schedule' | 'waiting' | 'dead' |
 --   'completed' (a kept completed job)
 -- Errors: EMQNOJOB <id> when no row exists
--- Derives: job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lane:<L>:active SET,
+-- Derives: packed HASH (a packed job is unpacked first: includes/packed.lua),
+--   job:<id> HASH, de:<dedup> STRING, lane:<L>:pending ZSET, lane:<L>:active SET,
 --   lanes:full SET, lanes:ring ZSET, wake LIST, done:<id> LIST (result() waiters),
 --   events:archived STRING (read only), waiting ZSET, metrics HASH, flow:<id> HASH,
 --   flow:<id>:results HASH, flow:<parent> HASH, flow:<parent>:results HASH, logs:<id> LIST
 --   (the job's log lines go with it)
 -- Flags: allow-oom
--- Includes: cancel, clock, events, flows, lanes, waiters
+-- Includes: cancel, clock, events, flows, lanes, packed, waiters
 local k_pending = KEYS[1]
 local k_active = KEYS[2]
 local k_schedule = KEYS[3]
@@ -47,6 +48,7 @@ local id = ARGV[3]
 
 use_events(k_events, maxlen)
 use_lanes(prefix, k_meta)
+unpack_job(prefix, id)  -- a packed waiting job (layout 3) gets its row first
 
 local row = prefix .. 'job:' .. id
 local f = redis.call('HMGET', row, 'attempts', 'dedup', 'lane', 'state', 'waiters', 'parent',

@@ -19,7 +19,7 @@
 -- Returns: 'pending' | 'scheduled': where the job is now (a 'rescheduled' event)
 -- Errors: EMQNOJOB <id> when no row exists; EMQNOTWAITING <id> is <state> when the job is
 --         not pending or scheduled
--- Derives: job:<id> HASH, lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
+-- Derives: job:<id> HASH, packed HASH (layout 3: includes/packed.lua), lane:<L>:pending ZSET, lanes:ring ZSET, lane:default:active SET
 --   (when lane mode turns on), events:archived STRING (read only)
 -- Includes: answers, clock, events, lanes, rows, wake
 local k_pending = KEYS[1]

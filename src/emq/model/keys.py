@@ -47,6 +47,21 @@ class QueueKeys:
         return self._k("pending")
 
     @property
+    def packed(self) -> str:
+        """Layout 3: HASH job id -> packed entry (``<name> <max_attempts> <trace> <payload>``,
+        :func:`emq.calls.call.packed_row`) of each waiting job kept without a row. It is the
+        truth of membership: a packed job is in no location set, has no row, and counts as
+        pending (priority 0, default lane)."""
+        return self._k("packed")
+
+    @property
+    def ready(self) -> str:
+        """Layout 3: LIST of the packed jobs' ids in claim order (FIFO). It may also hold ids
+        no longer in :attr:`packed` (unpacked into a row, or claimed), so its length is never
+        a count of waiting jobs."""
+        return self._k("ready")
+
+    @property
     def active(self) -> str:
         return self._k("active")
 

@@ -1,8 +1,9 @@
 """The keyspace layout of a queue (docs/keyspace.md, Layout versions).
 
 A queue's ``meta`` hash names the layout its keys are written in, in its field ``layout``;
-absent means layout 1. This emq reads and writes layouts 1 and :data:`LAYOUT` (2: a call's
-events appended as one stream entry); ``emq upgrade`` moves a queue from 1 to 2 in one step
+absent means layout 1. This emq reads and writes layouts 1 to :data:`LAYOUT` (2: a call's
+events appended as one stream entry; 3: a waiting job of the common case packed, without a
+row, in ``packed`` and ``ready``); ``emq upgrade`` moves a queue to 3 in one step
 (:mod:`emq.calls.upgrade`). Every script refuses a queue in a newer layout
 (``includes/layout.lua``) before it writes anything, and so do the reads of ``Queue`` (counts,
 a job, a listing), in the same MULTI as what they read, so a queue of a newer emq is refused
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import layout_too_new
 
-LAYOUT = 2  # = LAYOUT in lua/includes/layout.lua (tests/lua/test_layout_refusal.py)
+LAYOUT = 3  # = LAYOUT in lua/includes/layout.lua (tests/lua/test_layout_refusal.py)
 FIELD = "layout"
 
 

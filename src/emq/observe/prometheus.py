@@ -3,7 +3,8 @@
 Every scrape reads the server afresh (no state is kept between scrapes), one ``MULTI`` per
 :data:`CHUNK` queues, so each chunk's figures are of one instant. Per queue (label ``queue``):
 
-- ``emq_jobs{location}`` (gauge): jobs in each location, ``pending`` counting every lane;
+- ``emq_jobs{location}`` (gauge): jobs in each location, ``pending`` counting every lane and
+  the packed waiting jobs (layout 3);
 - ``emq_jobs_<counter>_total`` (counters): the queue's lifetime counters, as ``counts()``
   reads them (``completed``, ``failed`` attempts, ``dead``, ``recovered``), and the
   ``cancelled`` and ``missing`` counters of the same HASH; they reset only when the queue is
@@ -63,9 +64,11 @@ class QueueSample:
 
 def read_queues(client: redis.Redis, names: Sequence[str], now_ms: int) -> list[QueueSample]:
     """The figures of ``names`` (validated), :data:`CHUNK` queues per ``MULTI``; a queue in
-    lane mode reads its lanes (a script) for ``pending`` and its oldest waiting job."""
+    lane mode reads its lanes (a script) for ``pending`` and its oldest waiting job, and a
+    queue with packed jobs reads its first waiting ids in claim order after the ``MULTI``
+    (``Queue.jobs``' merge)."""
     out: list[QueueSample] = []
-    width = len(Location) + 3
+    width = len(Location) + 4
     step = 1 if is_cluster_client(client) else CHUNK  # a MULTI holds one slot on a cluster
     for start in range(0, len(names), step):
         chunk = [QueueKeys.of(n) for n in names[start : start + step]]
@@ -76,16 +79,19 @@ def read_queues(client: redis.Redis, names: Sequence[str], now_ms: int) -> list[
                 p.hmget(k.metrics, list(COUNTERS))
                 p.hmget(k.meta, ["lanes", "paused"])
                 p.zrange(k.pending, 0, OLDEST_SCAN - 1)
+                p.hlen(k.packed)
             replies: list[Any] = p.execute()
         for i, k in enumerate(chunk):
             part = replies[i * width : (i + 1) * width]
             sizes = {
                 loc.value: int(n) for loc, n in zip(Location, part[: len(Location)], strict=True)
             }
-            metrics, (lanes, paused), ids = part[len(Location) :]
-            if lanes == "1":
+            metrics, (lanes, paused), ids, packed = part[len(Location) :]
+            sizes["pending"] += int(packed)
+            if lanes == "1" or packed:
                 q = Queue(client, k.queue)
-                sizes["pending"] = q.counts()["pending"]
+                if lanes == "1":
+                    sizes["pending"] = q.counts()["pending"]
                 ids = q._pending_ids(0, OLDEST_SCAN, None)
             oldest = min((minted_at_ms(j) for j in ids), default=None)
             age = max(0.0, (now_ms - oldest) / 1000) if oldest is not None else 0.0

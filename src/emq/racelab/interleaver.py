@@ -160,8 +160,8 @@ def run_keys(spec: RunSpec, job_id: str) -> list[str]:
     """Every key a run can create on its queue (deleted when the run ends), including the
     replies the claim script stores under each claim's request id and the enqueue's mark."""
     k = QueueKeys.of(spec.queue)
-    fixed = [k.pending, k.active, k.schedule, k.dead, k.events, k.events_count, k.meta,
-             k.metrics, k.wake]  # fmt: skip
+    fixed = [k.pending, k.packed, k.ready, k.active, k.schedule, k.dead, k.events,
+             k.events_count, k.meta, k.metrics, k.wake]  # fmt: skip
     claimers = ["", *(a.name for a in spec.actors if a.role == "worker")]
     replies = [
         k.claim_reply(claim_request(rnd, name))
@@ -183,7 +183,9 @@ def lab_run(spec: RunSpec, job_id: str) -> Generator[Command, Any, RunResult]:
     out = RunResult(
         spec.queue, job_id, spec.mode, str(spec.schedule), spec.initial_stalled, spec.rounds
     )
-    group = core.job_spec(JobSpec(JOB_NAME, None, id=job_id))
+    # priority 1: the job has its row from the start (a job of the common case waits packed,
+    # without one, until its claim), so the stall counter written below is the row's own
+    group = core.job_spec(JobSpec(JOB_NAME, None, id=job_id, priority=1))
     yield Command(call=core.enqueue([group], request=enqueue_request(job_id)))
     try:
         yield from _rounds(spec, job_id, core, out)

@@ -205,17 +205,20 @@ def stress(
 
 
 def _where(q: Queue, ids: list[str]) -> tuple[int, int]:
-    """How many jobs are in both pending and active, and how many in neither."""
+    """How many jobs are in two of pending, packed (a waiting job without a row) and
+    active, and how many in none."""
     k = q.core.keys
     with q.client.pipeline(transaction=True) as p:
         for job_id in ids:
             p.zscore(k.pending, job_id)
+            p.hexists(k.packed, job_id)
             p.zscore(k.active, job_id)
-        scores = p.execute()
-    pairs = list(zip(scores[0::2], scores[1::2], strict=True))
-    two = sum(1 for pend, act in pairs if pend is not None and act is not None)
-    none = sum(1 for pend, act in pairs if pend is None and act is None)
-    return two, none
+        replies = p.execute()
+    places = [
+        (pend is not None) + bool(packed) + (act is not None)
+        for pend, packed, act in zip(replies[0::3], replies[1::3], replies[2::3], strict=True)
+    ]
+    return sum(1 for n in places if n > 1), sum(1 for n in places if n == 0)
 
 
 def _hget_all(q: Queue, ids: list[str], name: str) -> list[str | None]:

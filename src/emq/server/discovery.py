@@ -114,14 +114,15 @@ async def _abackfill(client: redis.asyncio.Redis) -> set[str]:
 
 
 def state_keys(name: str) -> list[str]:
-    """The keys that hold what a queue is (its jobs' sets, events, counters, flags and limits,
-    stored settings, flow messages, repeating schedules): while one exists, the queue is not
-    forgotten. A
-    claim's stored reply (``claim:<request>``, at most 60 s) and a ``done:<id>`` list of
-    ``result()`` waiters (60 s) are not among them: they expire on their own."""
+    """The keys that hold what a queue is (its jobs' sets, its packed waiting jobs and their
+    order, events, counters, flags and limits, stored settings, flow messages, repeating
+    schedules): while one exists, the queue is not forgotten. A claim's stored reply
+    (``claim:<request>``, at most 60 s) and a ``done:<id>`` list of ``result()`` waiters
+    (60 s) are not among them: they expire on their own."""
     k = QueueKeys.of(name)
     sets = [k.pending, k.active, k.schedule, k.dead, k.location("waiting"), k.completed]
-    return [*sets, k.events, k.meta, k.settings, k.metrics, k.outbox, k.repeats]
+    packed = [k.packed, k.ready]  # layout 3: waiting jobs without a row, in claim order
+    return [*sets, *packed, k.events, k.meta, k.settings, k.metrics, k.outbox, k.repeats]
 
 
 def has_keys(client: redis.Redis, name: str) -> bool:

@@ -13,7 +13,8 @@
 -- lane_pending_key(k_pending, lane)  the waiting set of a lane: pending for the default lane,
 --                       lane:<L>:pending for the others
 -- lanes_on(k_pending)   turns lane mode on: today's leased jobs join the default lane's
---                       active set, and the default lane joins the ring if it has work
+--                       active set, and the default lane joins the ring if it has work (in
+--                       pending, or packed jobs: layout 3)
 -- lifo_seq(n)           takes n numbers of the queue's lifo counter (meta lifo_seq, one
 --                       HINCRBY) and returns the first
 -- lifo_score(priority, seq)  a lifo job's score: priority - seq / 2^41 (seq capped at
@@ -62,7 +63,10 @@ local function lanes_on(k_pending)
     redis.call('SADD', lane_key(DEFAULT_LANE, 'active'),
       unpack(leased, i, math.min(i + 999, #leased)))
   end
-  if redis.call('ZCARD', k_pending) > 0 then lane_ready[DEFAULT_LANE] = true end
+  if redis.call('ZCARD', k_pending) > 0
+      or redis.call('EXISTS', lane_prefix .. 'packed') == 1 then
+    lane_ready[DEFAULT_LANE] = true
+  end
 end
 
 local LIFO_STEP, LIFO_MAX = 2 ^ -41, 2 ^ 40 - 1

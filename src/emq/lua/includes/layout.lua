@@ -1,9 +1,10 @@
 -- layout: the queue's keyspace layout (docs/keyspace.md, Layout versions)
 -- Includes: none
 --
--- LAYOUT                the newest keyspace layout these scripts read and write: 2. They
---                       serve layout 1 as well (a queue no emq upgraded yet): the layouts
---                       differ only in how a call's events are appended (includes/events.lua)
+-- LAYOUT                the newest keyspace layout these scripts read and write: 3. They
+--                       serve layouts 1 and 2 as well (a queue no emq upgraded yet): 2 differs
+--                       from 1 in how a call's events are appended (includes/events.lua), 3
+--                       from 2 in that enqueue may pack a waiting job (includes/packed.lua)
 -- queue_layout          the layout check_layout read: 1 until a script calls it
 -- check_layout(stored, prefix)  refuses (EMQLAYOUT <prefix> <stored> <LAYOUT>) a queue whose
 --                       meta 'layout' field names a layout newer than LAYOUT; absent = 1.
@@ -15,7 +16,7 @@
 --                       active, schedule, dead, events and metrics exist (and the field was
 --                       absent), writes meta 'layout' = LAYOUT, so a queue this emq makes is in
 --                       the newest layout from its first job on; call it after every check
-local LAYOUT = 2
+local LAYOUT = 3
 local queue_layout, layout_stored = 1, false
 
 local function check_layout(stored, prefix)

@@ -1,5 +1,5 @@
 -- rows: a job's row: the fields of a new one, and the safety belt of an edit of a waiting one
--- Includes: lanes
+-- Includes: lanes, packed
 --
 -- row_fields(name, payload, state, priority, max_attempts, lane)  a new job row's fields
 --                       for HSET (lane '' or false: the default lane, not stored); the
@@ -10,6 +10,7 @@
 --                       has state, name and payload: a script asks one of them whether the
 --                       row exists.
 -- waiting_job(k_pending, k_schedule, id, ...)  the safety belt of an edit of a waiting job:
+--                       unpacks a packed job first (layout 3: it gets its row, in pending);
 --                       reads the row's state, lane and the fields named; returns where
 --                       ('pending' | 'schedule', its id really in that set), the lane's name
 --                       and the fields (a table), or false and the error reply to return
@@ -22,6 +23,7 @@ local function row_fields(name, payload, state, priority, max_attempts, lane)
 end
 
 local function waiting_job(k_pending, k_schedule, id, ...)
+  unpack_job(lane_prefix, id)
   local f = redis.call('HMGET', lane_prefix .. 'job:' .. id, 'state', 'lane', ...)
   if not f[1] then return false, redis.error_reply('EMQNOJOB ' .. id .. ' does not exist') end
   local lane = lane_of(f[2])

@@ -108,12 +108,15 @@ class AsyncControl:
         if given and len({n.queue for n in nodes}) > 1:  # one step checks this by itself
             with scripts.translated():
                 async with self.client.pipeline(transaction=False) as p:
-                    for key, _ in given:
+                    for (key, _), (packed_key, job_id) in zip(
+                        given, flows.given_packed(nodes), strict=True
+                    ):
                         p.hget(key, "parent")
                         p.exists(key)
+                        p.hexists(packed_key, job_id)
                     got = await p.execute()
-            pairs = zip(got[::2], got[1::2], strict=True)
-            found = [(up or "") if there else None for up, there in pairs]
+            reads = zip(got[::3], got[1::3], got[2::3], strict=True)
+            found = [(up or "") if row or pk else None for up, row, pk in reads]
             flows.judge_given(given, found, len(nodes))
         blank = [n for n in nodes if not n.group[0]]
         for node, minted in zip(blank, await self.new_ids(len(blank)), strict=True):

@@ -83,13 +83,15 @@ async def expand_queues(
 
 
 async def live_jobs(client: redis.asyncio.Redis, name: str) -> bool:
-    """Whether queue ``name`` holds jobs pending, leased, scheduled or waiting (or is in lane
-    mode, whose waiting jobs are in its lanes' sets): commands a worker's role has."""
+    """Whether queue ``name`` holds jobs pending (packed ones too), leased, scheduled or
+    waiting (or is in lane mode, whose waiting jobs are in its lanes' sets): commands a
+    worker's role has."""
     keys = QueueKeys.of(name)
     with scripts.translated():
         async with client.pipeline(transaction=False) as p:
             for key in (keys.pending, keys.active, keys.schedule, keys.location("waiting")):
                 p.zcard(key)
+            p.hlen(keys.packed)
             p.hget(keys.meta, "lanes")
             *sizes, lanes = await p.execute()
     return any(sizes) or lanes == "1"

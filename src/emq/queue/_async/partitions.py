@@ -248,14 +248,17 @@ class AsyncPartitionedQueue:
 
     async def _locate(self, job_id: str, tried: AsyncQueue) -> AsyncQueue | None:
         """The member other than ``tried`` (a partition, or the plain queue) that holds a
-        row of ``job_id`` (one pipelined ``EXISTS`` each), or None."""
+        row of ``job_id`` or holds it packed (a pipelined ``EXISTS`` and ``HEXISTS`` each),
+        or None."""
         others = [q for q in await self._members() if q is not tried]
         with scripts.translated():
             async with self.client.pipeline(transaction=False) as p:
                 for q in others:
                     p.exists(q.core.keys.job(job_id))
+                    p.hexists(q.core.keys.packed, job_id)
                 found = await p.execute()
-        return next((q for q, n in zip(others, found, strict=True) if n), None)
+        pairs = zip(others, found[::2], found[1::2], strict=True)
+        return next((q for q, row, packed in pairs if row or packed), None)
 
     async def _on_job(self, job_id: str, act: Callable[[AsyncQueue], Awaitable[T]]) -> T:
         """``act`` on the routed partition; on JobNotFound, on the partition that has it."""

@@ -96,9 +96,9 @@ class AsyncSettings:
 
     async def upgrade(self) -> tuple[int, int]:
         """Move the queue to this emq's newest keyspace layout, in one step, and return (the
-        layout before, the layout after): (1, 2) the first time, (2, 2) after. Every process
-        that serves the queue must be of an emq that knows the new layout first: an older one
-        refuses the queue from then on (docs/keyspace.md, Layout versions; ``emq upgrade``
+        layout before, the layout after): (1, 3) or (2, 3) the first time, (3, 3) after. Every
+        process that serves the queue must be of an emq that knows the new layout first: an
+        older one refuses the queue from then on (docs/keyspace.md, Layout versions; ``emq upgrade``
         checks the worker registry for them). A newer layout is refused (``LayoutTooNew``)."""
         call = upgrade(self.core.keys)
         reply = await scripts.run_async(self.client, call.script, call.keys, call.args)

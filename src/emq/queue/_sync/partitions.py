@@ -249,14 +249,17 @@ class PartitionedQueue:
 
     def _locate(self, job_id: str, tried: Queue) -> Queue | None:
         """The member other than ``tried`` (a partition, or the plain queue) that holds a
-        row of ``job_id`` (one pipelined ``EXISTS`` each), or None."""
+        row of ``job_id`` or holds it packed (a pipelined ``EXISTS`` and ``HEXISTS`` each),
+        or None."""
         others = [q for q in self._members() if q is not tried]
         with scripts.translated():
             with self.client.pipeline(transaction=False) as p:
                 for q in others:
                     p.exists(q.core.keys.job(job_id))
+                    p.hexists(q.core.keys.packed, job_id)
                 found = p.execute()
-        return next((q for q, n in zip(others, found, strict=True) if n), None)
+        pairs = zip(others, found[::2], found[1::2], strict=True)
+        return next((q for q, row, packed in pairs if row or packed), None)
 
     def _on_job(self, job_id: str, act: Callable[[Queue], T]) -> T:
         """``act`` on the routed partition; on JobNotFound, on the partition that has it."""
