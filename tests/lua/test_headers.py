@@ -21,7 +21,7 @@ from emq.model.records import JobSpec
 
 ID = "JOB0000000000A"
 core = QueueCore("hdr")
-spec_group = core.job_spec(JobSpec("send", {"a": 1}))
+spec_group = core.job_spec(JobSpec("send", {"a": 1}, priority=1))  # full groups, not compact
 spec_group[0] = ID
 flow_nodes = flow_plan(core, JobSpec("sum"), [JobSpec("part")])  # two groups
 for _n, _node in enumerate(flow_nodes):
@@ -210,3 +210,17 @@ def test_every_transition_of_the_graph_has_its_script_and_its_doc() -> None:
     for name in TRANSITIONS:
         assert name in SCRIPTS, f"{name} has no lua/{name}.lua"
         assert f"**{name}**" in lifecycle, f"docs/lifecycle.md does not describe {name}"
+
+
+def test_an_enqueue_of_the_common_case_sends_compact_groups() -> None:
+    """enqueue.lua's ARGV[5]: jobs of the common case sharing max_attempts go as (id, name,
+    payload) alone; one job that is not makes the whole call full groups."""
+    plain = core.job_spec(JobSpec("send", {"a": 1}))
+    plain[0] = ID
+    header = SCRIPTS["enqueue"].header
+    compact = core.enqueue([plain, list(plain)]).args
+    assert compact[len(header.args) - 1] == str(plain[4])
+    assert compact[len(header.args) :] == [*plain[:3], *plain[:3]]
+    full = core.enqueue([plain, spec_group]).args
+    assert full[len(header.args) - 1] == ""
+    assert len(full) - len(header.args) == 2 * len(header.group)

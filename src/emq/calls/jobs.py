@@ -117,11 +117,12 @@ class QueueCore:
         if len(groups) > MAX_BATCH:
             raise InvalidOption(f"at most {MAX_BATCH} jobs per enqueue call; split the batch")
         request = uuid.uuid4().hex if request is None else check_text("request", request, 128)
-        args: list[Arg] = [self.keys.prefix, self._maxlen, trace, request]
+        attempts = _compact(groups)
+        args: list[Arg] = [self.keys.prefix, self._maxlen, trace, request, attempts]
         for group in groups:
             if not group[0]:
                 raise InvalidOption("every job needs an id before it is sent")
-            args += group
+            args += group[:3] if attempts else group
         k = self.keys
         keys = [k.pending, k.schedule, k.events, k.wake, k.meta]
         return Call("enqueue", keys, args, _decode_enqueued)
@@ -342,6 +343,17 @@ def node_lease(node: int, owner: str, ttl_ms: int) -> Call[tuple[bool, int]]:
     """Take or renew id node ``node``: ``(held, server_ms)``, the server clock read in the
     same step (the minter keeps it as its offset, see :mod:`emq.model.ids`)."""
     return Call("node_lease", [node_key(node)], [owner, ttl_ms], lambda r: (r[0] == 1, int(r[1])))
+
+
+def _compact(groups: Sequence[list[Arg]]) -> str:
+    """The max_attempts every job of the call shares, when every one is of the common case
+    (priority 0, no delay, dedup key, lane or lifo): then each is sent as (id, name, payload)
+    alone, a third of the arguments (enqueue.lua, ARGV[5]); else ''."""
+    attempts = groups[0][4]
+    for g in groups:
+        if g[3] != 0 or g[4] != attempts or g[5] != 0 or g[6] or g[7] or g[8]:
+            return ""
+    return str(attempts)
 
 
 def _decode_enqueued(reply: list[Any]) -> list[EnqueuedId]:

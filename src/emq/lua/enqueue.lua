@@ -26,9 +26,12 @@
 -- ARGV[3] trace      string  the producer span's W3C traceparent, stored in each new row as
 --                            trace; '' (OpenTelemetry not active) stores nothing
 -- ARGV[4] request    string  names the call; a resend carries the same one
--- ARGV[5..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
---           group per job; delay_ms in ms; dedup is '' for none; lane is '' for the default
---           lane; lifo is '1' for a lifo job, '' for FIFO
+-- ARGV[5] compact    string  '': full groups; else every job's max_attempts, and the groups
+--                            are (id, name, payload) only: priority 0, no delay, dedup key,
+--                            lane or lifo (the common case, a third of the arguments)
+-- ARGV[6..] (id, name, payload, priority, max_attempts, delay_ms, dedup, lane, lifo)*  one
+--           group per job (compact: (id, name, payload)*); delay_ms in ms; dedup is '' for
+--           none; lane is '' for the default lane; lifo is '1' for a lifo job, '' for FIFO
 -- Returns: flat array, per job: id (the existing id on a dedup hit), 1 created | 0 duplicate
 -- Errors: EMQCONFLICT <id> when an id exists (or repeats in the batch) with another name
 --         or payload, or a dedup key's job differs from the one given
@@ -47,9 +50,17 @@ local prefix = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local trace = ARGV[3]
 local request = ARGV[4]
+local compact = ARGV[5]
 local k_admitted = prefix .. 'admitted:' .. request
-local GROUP = 9
-local FIRST = 5  -- ARGV index of the first group
+local GROUP = compact == '' and 9 or 3
+local FIRST = 6  -- ARGV index of the first group
+
+-- the group at ARGV index i beyond (id, name, payload): priority, max_attempts, delay_ms
+-- (a number), dedup, lane, lifo
+local function job_at(i)
+  if compact ~= '' then return '0', compact, 0, '', '', '' end
+  return ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+end
 local RESEND_MS = 60000  -- how long a call that ran is known by its request
 
 use_events(k_events, maxlen)
@@ -59,7 +70,7 @@ use_lanes(prefix, k_meta)  -- first: it refuses a newer keyspace layout before a
 if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
   local out = {}
   for i = FIRST, #ARGV, GROUP do
-    local dedup = ARGV[i + 6]
+    local _, _, _, dedup = job_at(i)
     out[#out + 1] = (dedup ~= '' and redis.call('GET', prefix .. 'de:' .. dedup)) or ARGV[i]
     out[#out + 1] = 0
   end
@@ -85,7 +96,7 @@ local seen_dedup = {}
 local lifos = 0  -- lifo jobs created (an upper bound of the lifo numbers pass 2 takes)
 for i = FIRST, #ARGV, GROUP do
   local id, name, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local dedup = ARGV[i + 6]
+  local _, _, _, dedup, _, lifo = job_at(i)
   local target, new = id, 1
   if dedup ~= '' then
     local holder = seen_dedup[dedup] or redis.call('GET', prefix .. 'de:' .. dedup)
@@ -116,7 +127,7 @@ for i = FIRST, #ARGV, GROUP do
       if dedup ~= '' then seen_dedup[dedup] = id end
     end
   end
-  if new == 1 and ARGV[i + 8] == '1' then lifos = lifos + 1 end
+  if new == 1 and lifo == '1' then lifos = lifos + 1 end
   targets[#targets + 1] = target
   created[#created + 1] = new
 end
@@ -138,8 +149,7 @@ if lifos > 0 then seq = lifo_seq(lifos) end
 -- a new job with a row: in schedule, or in its lane's waiting set (one ZADD per lane, below)
 local function admit_row(id, row, i, state)
   local name, payload = ARGV[i + 1], ARGV[i + 2]
-  local priority, max_attempts = ARGV[i + 3], ARGV[i + 4]
-  local delay, dedup, lane = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
+  local priority, max_attempts, delay, dedup, lane, lifo = job_at(i)
   local fields = row_fields(name, payload, state, priority, max_attempts, lane)
   if dedup ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'dedup', dedup
@@ -147,7 +157,7 @@ local function admit_row(id, row, i, state)
   end
   if trace ~= '' then fields[#fields + 1], fields[#fields + 2] = 'trace', trace end
   local score = priority
-  if ARGV[i + 8] == '1' then
+  if lifo == '1' then
     fields[#fields + 1], fields[#fields + 2] = 'lifo', '1'
     if delay == 0 then
       score = lifo_score(priority, seq)
@@ -173,12 +183,12 @@ end
 for n, id in ipairs(targets) do
   local i = FIRST + (n - 1) * GROUP
   if created[n] == 1 then
+    local priority, max_attempts, delay, dedup, lane, lifo = job_at(i)
     local state = 'pending'
-    if tonumber(ARGV[i + 5]) > 0 then state = 'scheduled' end
-    if packable(queue_layout, lane_mode, ARGV[i + 3], tonumber(ARGV[i + 5]), ARGV[i + 6],
-        ARGV[i + 7], ARGV[i + 8]) then
+    if delay > 0 then state = 'scheduled' end
+    if packable(queue_layout, lane_mode, priority, delay, dedup, lane, lifo) then
       packs[#packs + 1] = id
-      packs[#packs + 1] = pack_entry(ARGV[i + 1], ARGV[i + 4], trace, ARGV[i + 2])
+      packs[#packs + 1] = pack_entry(ARGV[i + 1], max_attempts, trace, ARGV[i + 2])
       pack_ids[#pack_ids + 1] = id
       ready = ready + 1
     else
