@@ -73,7 +73,7 @@ def parse() -> argparse.Namespace:
                    "only these systems)")  # fmt: skip
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="run the episodes in N parts side by side, each on its own servers, "
-                   "and join their results (default 16, with --quick 12; 1: one after "
+                   "and join their results (default 10, with --quick 12; 1: one after "
                    "another)")  # fmt: skip
     p.add_argument("--pairs", default="", help=argparse.SUPPRESS)  # one part's cells
     p.add_argument("--merge", nargs="+", metavar="RESULTS_JSON",
@@ -90,7 +90,7 @@ def parse() -> argparse.Namespace:
             p.error(f"unknown systems {unknown}; choose from {known + EXTRA}")
         a.systems = [s for s in known + EXTRA if s in wanted]
     if a.parallel is None:  # an episode mostly waits out a recovery period
-        a.parallel = 12 if a.quick else 16
+        a.parallel = 12 if a.quick else 10
     if a.repeat is None:
         a.repeat = 1 if a.quick else 3
     if a.repeat < 1:
