@@ -453,3 +453,14 @@ def test_cancel_and_remove_of_a_never_leased_job(queue: Queue, client: redis.Red
     assert queue.redrive_many([a]) == [a]
     assert where(client, queue.name, a) == ["pending"]
     assert_consistent(client, queue.name)
+
+
+def test_the_wake_list_holds_at_most_32_tokens(queue: Queue, client: redis.Redis) -> None:
+    """A push trims only once the list would pass 32 (LPUSH answers the length)."""
+    wake = queue.core.keys.wake
+    queue.enqueue_many([("w", i) for i in range(5)])
+    assert client.llen(wake) == 5, "five jobs, five tokens, nothing trimmed"
+    queue.enqueue_many([("w", i) for i in range(40)])
+    assert client.llen(wake) == 32
+    queue.enqueue("w", 1)
+    assert client.llen(wake) == 32

@@ -77,7 +77,7 @@ if not redis.call('SET', k_admitted, '1', 'PX', RESEND_MS, 'NX') then
   return out
 end
 
-local now = server_ms()
+local now = false  -- the server clock, read once a delayed job needs it
 
 -- pass 1: decide every job, write nothing. One EXISTS over the whole batch's rows: when it
 -- finds none (the common case: fresh ids), no job needs its own check.
@@ -166,6 +166,7 @@ local function admit_row(id, row, i, state)
   end
   redis.call('HSET', row, unpack(fields))
   if delay > 0 then
+    now = now or server_ms()
     redis.call('ZADD', k_schedule, now + delay, id)
   else
     ready = ready + 1

@@ -6,7 +6,8 @@ local function wake(k_wake, n)
   if n > 0 then
     local tokens = {}
     for i = 1, math.min(n, 32) do tokens[i] = '1' end
-    redis.call('LPUSH', k_wake, unpack(tokens))
-    redis.call('LTRIM', k_wake, 0, 31)
+    if redis.call('LPUSH', k_wake, unpack(tokens)) > 32 then  -- the length after the push
+      redis.call('LTRIM', k_wake, 0, 31)
+    end
   end
 end
