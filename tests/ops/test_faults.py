@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 import redis
 
-from emq import EmqError, JobContext, Queue, ServerOutOfMemory, Worker, WorkerFailed, WorkerOptions
+from emq import (
+    EmqError,
+    JobContext,
+    JobSpec,
+    Queue,
+    ServerOutOfMemory,
+    Worker,
+    WorkerFailed,
+    WorkerOptions,
+)
 from emq.embedded.standalone import EmbeddedServer
 
 from ..support.helpers import Flushing, assert_consistent, expire_leases, until, where
@@ -158,7 +167,8 @@ async def test_worker_and_producer_survive_script_flush_in_a_loop(
 def test_an_id_without_its_row_is_counted_emitted_and_returned_never_dropped_silently(
     queue: Queue, client: redis.Redis
 ) -> None:
-    a, b, c = queue.enqueue_many([("x", 1), ("x", 2), ("x", 3)])
+    # priority 1: rows (a job of the common case waits packed, without a row to lose)
+    a, b, c = queue.enqueue_many([JobSpec("x", n, priority=1) for n in (1, 2, 3)])
     s = queue.enqueue("x", 4, delay_ms=1)
     client.delete(queue.core.keys.job(b), queue.core.keys.job(s))  # as an evicting policy would
     time.sleep(0.01)  # s is due: the claim promotes it first
@@ -183,7 +193,7 @@ def test_an_id_without_its_row_is_counted_emitted_and_returned_never_dropped_sil
 async def test_the_worker_logs_every_missing_id(
     queue: Queue, client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ids = queue.enqueue_many([("x", i) for i in range(5)])
+    ids = queue.enqueue_many([JobSpec("x", i, priority=1) for i in range(5)])  # rows
     client.delete(queue.core.keys.job(ids[2]))
     w = Worker(queue, options=WorkerOptions(burst=True))
 
