@@ -175,3 +175,17 @@ def test_an_upgraded_layout_2_queue_serves_its_rows_then_packs(
     assert_consistent(client, queue.name)
     assert [job.id for job in queue.claim(10)] == [*old, *new], "FIFO across the layouts"
     assert_consistent(client, queue.name)
+
+
+def test_a_packed_entry_damaged_by_hand_is_dropped_as_missing(
+    queue: Queue, client: redis.Redis
+) -> None:
+    """A claim that meets an entry not in the packed shape counts and reports it as missing,
+    as a vanished row is, instead of failing the call for every job behind it."""
+    a, b, c = queue.enqueue_many([("n", i) for i in range(3)])
+    client.hset(queue.core.keys.packed, b, "no-spaces-here")
+    claims = queue.claim(3)
+    assert [j.id for j in claims] == [a, c] and claims.missing == [b]
+    assert int(client.hget(queue.core.keys.metrics, "missing") or 0) == 1
+    assert b not in packed_ids(client, queue)
+    assert_consistent(client, queue.name)

@@ -36,7 +36,8 @@
 -- ARGV[6] worker     string  the claiming worker's registry id, stored as the row's 'worker'
 --                            ('' or absent: the field is cleared)
 -- Returns: flat array: deadline ms, the ids found without their row (an evicted or hand-deleted
---          row: dropped from the set, counted in metrics 'missing', a 'missing' event each),
+--          row, or a packed entry not in its shape: dropped from the set, counted in metrics
+--          'missing', a 'missing' event each),
 --          retry_in ms (when fewer than count were leased because of a rate limit or a hold:
 --          how long until the soonest one ends; -1 when a concurrency limit held jobs back:
 --          a finishing job pushes a wake-up; 0 otherwise), then per job: id, token,
@@ -163,9 +164,15 @@ local function leased(id, token, attempts, stalled, name, payload, lane, parent,
   return token
 end
 
--- lease a packed job (layout 3): its row is made here, first attempt, token from the clock
+-- lease a packed job (layout 3): its row is made here, first attempt, token from the clock;
+-- false for an entry not in the packed shape (written by hand): dropped as missing
 local function lease_packed(id, entry)
   local name, max_attempts, trace, payload = unpack_entry(entry)
+  if not name then
+    missing[#missing + 1] = id
+    emit('event', 'missing', 'job', id, 'from', 'packed')
+    return false
+  end
   local f = {'state', 'active', 'name', name, 'payload', payload, 'priority', '0',
     'max_attempts', max_attempts, 'attempts', '1', 'token', now_token}
   if trace ~= '' then f[#f + 1], f[#f + 2] = 'trace', trace end

@@ -81,15 +81,14 @@ local now = false  -- the server clock, read once a delayed job needs it
 
 -- pass 1: decide every job, write nothing. One EXISTS over the whole batch's rows: when it
 -- finds none (the common case: fresh ids), no job needs its own check.
-local rows = {}
-for i = FIRST, #ARGV, GROUP do rows[#rows + 1] = prefix .. 'job:' .. ARGV[i] end
+local rows, ids = {}, {}
+for i = FIRST, #ARGV, GROUP do
+  ids[#ids + 1] = ARGV[i]
+  rows[#ids] = prefix .. 'job:' .. ARGV[i]
+end
 local none_exist = redis.call('EXISTS', unpack(rows)) == 0
 local packed_now = {}  -- layout 3: each job's packed entry, if its id waits packed
-if queue_layout >= 3 then
-  local ids = {}
-  for i = FIRST, #ARGV, GROUP do ids[#ids + 1] = ARGV[i] end
-  packed_now = redis.call('HMGET', prefix .. 'packed', unpack(ids))
-end
+if queue_layout >= 3 then packed_now = redis.call('HMGET', prefix .. 'packed', unpack(ids)) end
 local targets, created = {}, {}  -- per job: the id it resolves to, 1 new | 0 duplicate
 local seen = {}  -- id -> ARGV index of the job in this batch that creates it
 local seen_dedup = {}

@@ -9,14 +9,16 @@
 --
 -- pack_entry(name, max_attempts, trace, payload)  '<name> <max_attempts> <trace> <payload>'
 --                       (trace may be ''); a name and a trace hold no space
--- unpack_entry(entry)   -> name, max_attempts, trace, payload
+-- unpack_entry(entry)   -> name, max_attempts, trace, payload; nil for an entry not in that
+--                       shape (written by hand)
 -- packable(layout, lanes, priority, delay, dedup, lane, lifo)  whether enqueue packs a job
 -- unpack_job(prefix, id)  called by a script that touches a waiting job by id, before it reads
 --                       the row: a packed job gets its row (state pending, name, payload,
 --                       priority 0, max_attempts, trace) and joins pending at score 0 (its
 --                       place: equal scores pop in id order), in this same step; its id stays
 --                       in ready as a tombstone. One HGET when the job is not packed. Returns
---                       true when it unpacked the job
+--                       true when it unpacked the job (an entry not in the packed shape is
+--                       left as it is: the claim drops it as missing)
 -- id_before(a, b)       whether id a was minted before id b (byte order of same-length ids,
 --                       compared byte by byte: Lua's '<' follows the server's locale)
 -- pop_waiting(prefix, k_pending, n)  pops up to n jobs of the default lane in claim order:
@@ -33,8 +35,9 @@ end
 
 local function unpack_entry(entry)
   local a = string.find(entry, ' ', 1, true)
-  local b = string.find(entry, ' ', a + 1, true)
-  local c = string.find(entry, ' ', b + 1, true)
+  local b = a and string.find(entry, ' ', a + 1, true)
+  local c = b and string.find(entry, ' ', b + 1, true)
+  if not c then return nil end
   return string.sub(entry, 1, a - 1), string.sub(entry, a + 1, b - 1),
     string.sub(entry, b + 1, c - 1), string.sub(entry, c + 1)
 end
@@ -49,6 +52,7 @@ local function unpack_job(prefix, id)
   local entry = redis.call('HGET', k_packed, id)
   if not entry then return false end
   local name, max_attempts, trace, payload = unpack_entry(entry)
+  if not name then return false end
   local row = prefix .. 'job:' .. id
   if trace ~= '' then
     redis.call('HSET', row, 'state', 'pending', 'name', name, 'payload', payload, 'priority',
@@ -77,7 +81,12 @@ local function pop_waiting(prefix, k_pending, n)
     local want = n - #ids
     if want <= 0 then break end
     local z = redis.call('ZRANGE', k_pending, 0, want - 1, 'WITHSCORES')
-    local l = redis.call('LRANGE', k_ready, 0, want - 1)
+    local l, popped = {}, false  -- popped: l came off ready by LPOP (no row waits to merge)
+    if #z == 0 then
+      l, popped = redis.call('LPOP', k_ready, want) or {}, true
+    else
+      l = redis.call('LRANGE', k_ready, 0, want - 1)
+    end
     if #z == 0 and #l == 0 then break end
     local zi, li, order = 1, 1, {}  -- order: per pick, true from pending, false from ready
     while #order < want do
@@ -97,7 +106,7 @@ local function pop_waiting(prefix, k_pending, n)
     if zn > 0 then redis.call('ZPOPMIN', k_pending, zn) end
     local got = {}
     if ln > 0 then
-      redis.call('LPOP', k_ready, ln)
+      if not popped then redis.call('LPOP', k_ready, ln) end
       got = redis.call('HMGET', k_packed, unpack(l, 1, ln))
     end
     local gone = {}  -- packed ids leased in this round: one HDEL
