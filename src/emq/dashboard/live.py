@@ -236,10 +236,11 @@ async def read_counts(
             metrics, (lanes, paused), outbox, packed, *ids = part[len(Location) :]
             counts = decode_counts(sizes, metrics, outbox)
             counts["pending"] += int(packed)
-            if lanes == "1" or packed:
-                q = dash.queue(name)
-                counts = await q.counts() if lanes == "1" else counts
-                ids = [await q._pending_ids(0, OLDEST_SCAN, None)] if oldest else []
+            q = dash.queue(name)
+            if lanes == "1":
+                counts = await q.counts()
+            if oldest and (lanes == "1" or packed):  # merged in claim order, as Queue.jobs does
+                ids = [await q._pending_ids(0, OLDEST_SCAN, None)]
             out[name] = {**counts, "paused": int(paused == "1")}
             if oldest:
                 out[name]["oldest_ms"] = min(map(minted_at_ms, ids[0]), default=0)
