@@ -51,6 +51,7 @@ NAMES = {
     "AsyncReads": "Reads",
     "AsyncControl": "Control",
     "AsyncSettings": "Settings",
+    "AsyncSteps": "Steps",
     "AsyncIterator": "Iterator",
     "agather": "gather",
     "run_async": "run",

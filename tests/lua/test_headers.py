@@ -15,6 +15,7 @@ from emq.calls.flows import deliver_call, flow_plan, flow_steps
 from emq.calls.jobs import QueueCore, node_lease
 from emq.calls.results import await_result
 from emq.calls.settings import settings_call, upgrade
+from emq.calls.steps import step_call
 from emq.lua.compose import flags_of, runs_of
 from emq.lua.scripts import SCRIPTS, parse_header, quiet
 from emq.model.records import JobSpec
@@ -61,6 +62,7 @@ SAMPLES = {
     "update_payload": edits.update_payload(core, ID, {"b": 2}),
     "progress": edits.progress(core, [(ID, 1, "0.5"), (ID, 2, '{"done": 3}')]),
     "job_log": logs.job_log(core, [(ID, 1, "started"), (ID, 1, "done")]),
+    "step": step_call(core, ID, 1, "charge card", '{"ok":true}', 12, ok=True),
     "set_repeat": rep.set_repeat(
         core, rep.repeat_spec(core, "nightly", "send", every_ms=9), 1_800_000_000_000
     ),

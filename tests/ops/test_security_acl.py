@@ -71,6 +71,7 @@ SCRIPTS_OF = {
         "sweep_stalled",
         "progress",
         "job_log",
+        "step",
         "due_repeats",
         "fire_repeats",
         "deliver_flow",

@@ -100,6 +100,8 @@ def test_real_traffic_carries_the_documented_fields(queue: Queue, client: redis.
     queue.reschedule(c, 30_000)
     (ce,) = queue.claim(1)
     queue.set_progress(ce.id, ce.token, {"pct": 1})
+    queue.record_step(ce.id, ce.token, "charge", {"ok": 1}, took_ms=3)  # step, step_failed
+    queue.send_step(ce.id, ce.token, "mail", "ValueError: no", 2, ok=False)
     queue.delay(ce.id, ce.token, 0)  # back to pending, for the drain
     queue.remove(c)
     queue.cancel(queue.enqueue("e", None), "why")  # cancelled (a waiting job)

@@ -56,6 +56,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "reprioritised": ("priority",),
     "payload_updated": (),
     "progress": ("progress",),
+    "step": ("step", "attempts", "took_ms"),  # a durable step recorded (docs/steps.md)
+    "step_failed": ("step", "attempts", "took_ms", "error"),  # a step raised: not recorded
     "cancel_requested": ("reason", "attempts"),
     "cancelled": ("from", "reason", "attempts"),
     "repeat_skipped": ("repeat", "skipped", "tick"),

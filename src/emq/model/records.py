@@ -121,6 +121,39 @@ class Answer(StrEnum):
     CANCELLED = "cancelled"
 
 
+STEP_FIELD = "step:"  # a recorded durable step's row field: step:<name> (docs/steps.md)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A durable step its job recorded (``ctx.step``, docs/steps.md): ``name``, ``result``
+    (the step's return value, decoded JSON; an :class:`UnreadablePayload` if the stored
+    text is damaged) and ``at_ms``, when it was recorded (server ms; 0 if damaged)."""
+
+    name: str
+    result: Any
+    at_ms: int
+
+
+def steps_of(fields: dict[str, str]) -> tuple[Step, ...]:
+    """The steps a row records (its ``step:<name>`` fields, each ``<ms> <JSON text>``), in
+    recorded order: by time, then name."""
+    out = []
+    for key, value in fields.items():
+        if key.startswith(STEP_FIELD):
+            out.append(_step(key[len(STEP_FIELD) :], value))
+    out.sort(key=lambda s: (s.at_ms, s.name))
+    return tuple(out)
+
+
+def _step(name: str, value: str) -> Step:
+    at, _, text = value.partition(" ")
+    try:
+        return Step(name, json.loads(text), int(at))
+    except ValueError as exc:
+        return Step(name, UnreadablePayload(value[:200], str(exc)), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A snapshot of a job's row. ``attempts``, ``stalled`` and ``token`` are 0 until the
@@ -210,3 +243,9 @@ class Job:
         """When a kept completed job completed (server ms); None for any other job."""
         at = self.fields.get("completed_at")
         return None if at is None else int(at)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The durable steps the job recorded (``ctx.step``), in recorded order (by time,
+        then name); empty if none (docs/steps.md)."""
+        return steps_of(self.fields)

@@ -75,6 +75,7 @@ DURABLE_SCRIPTS = frozenset(
         # its outbox entry is deleted)
         *("enqueue", "enqueue_flow", "complete", "complete_claim", "fail", "delay"),
         "deliver_flow",
+        "step",  # a recorded durable step: the handler goes on past it (docs/steps.md)
         # the operator's moves and edits of jobs
         *("cancel", "remove", "redrive", "drain", "obliterate", "promote_job", "reschedule"),
         *("set_priority", "update_payload"),

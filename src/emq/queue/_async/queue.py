@@ -41,13 +41,14 @@ from ..shared import (
 from .control import AsyncControl
 from .reads import AsyncReads
 from .settings import AsyncSettings
+from .steps import AsyncSteps
 
 T = TypeVar("T")
 CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class AsyncQueue(AsyncControl, AsyncReads, AsyncSettings, ShellBase):
+class AsyncQueue(AsyncControl, AsyncReads, AsyncSettings, AsyncSteps, ShellBase):
     """A queue on an asyncio redis-py client (``decode_responses=True``)."""
 
     def __init__(

@@ -42,13 +42,14 @@ from ..shared import (
 from .control import Control
 from .reads import Reads
 from .settings import Settings
+from .steps import Steps
 
 T = TypeVar("T")
 CLOCK_SAMPLES = 5  # TIME readings at most per node lease (every 20 s)
 CLOCK_GOOD_RTT_S = 0.002  # a reading this quick ends the sampling
 
 
-class Queue(Control, Reads, Settings, ShellBase):
+class Queue(Control, Reads, Settings, Steps, ShellBase):
     """A queue on a sync redis-py client (``decode_responses=True``)."""
 
     def __init__(

@@ -1,0 +1,63 @@
+"""``AsyncSteps``: a running job's durable steps (docs/steps.md), as ``AsyncQueue`` records
+and reads them.
+
+Recording is one script call (``step.lua``, built by :mod:`emq.calls.steps`) fenced by the
+lease token: a step is recorded only by the attempt that holds the job's lease, and a name
+once recorded is never replaced. Reading is one ``HGETALL`` of the job's row. A handler
+uses ``ctx.step`` (or ``await ctx.astep``), which does both for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import redis.asyncio
+
+from ...calls import steps
+from ...calls.call import Call
+from ...calls.jobs import QueueCore
+from ...lua import scripts
+from ...model.ids import check_id
+from ...model.records import Answer, Step, steps_of
+from ..shared import expect
+
+
+class AsyncSteps:
+    """Durable steps of one queue; mixed into ``AsyncQueue``, which provides the client and
+    core."""
+
+    client: redis.asyncio.Redis
+    core: QueueCore
+
+    async def _run(self, call: Call[Any]) -> Any:  # provided by AsyncQueue
+        raise NotImplementedError
+
+    async def record_step(
+        self, job_id: str, token: int, name: str, result: Any = None, *, took_ms: int = 0
+    ) -> int:
+        """Record a held job's finished step ``name`` with its ``result`` (JSON, at most the
+        queue's ``max_payload_bytes``), fenced by the lease token; returns when (server ms).
+        Raises InvalidPayload or InvalidOption (nothing sent), LeaseLost, JobNotFound, or
+        WrongState (``name`` is recorded already: nothing written)."""
+        text = steps.encode_step_result(result, self.core.options.max_payload_bytes)
+        answer = await self.send_step(job_id, token, name, text, took_ms, ok=True)
+        expect(answer, job_id, "step")
+        return int(cast(int, answer))
+
+    async def send_step(
+        self, job_id: str, token: int, name: str, text: str, took_ms: int, *, ok: bool
+    ) -> int | Answer:
+        """One ``step.lua`` call: ``ok`` records ``text`` (JSON text, from
+        :func:`emq.calls.steps.encode_step_result`) as the step's result; else appends a
+        ``step_failed`` event with ``text`` as its error. When (server ms), or ``LOST`` /
+        ``GONE`` (nothing written)."""
+        call = steps.step_call(self.core, job_id, token, name, text, took_ms, ok=ok)
+        return cast(int | Answer, await self._run(call))
+
+    async def job_steps(self, job_id: str) -> tuple[Step, ...]:
+        """The steps the job's row records, in recorded order (by time, then name), in one
+        read; empty if it records none or has no row (``Queue.job(id).steps`` reads the same
+        with the rest of the job)."""
+        with scripts.translated():
+            row = await self.client.hgetall(self.core.keys.job(check_id(job_id)))
+        return steps_of(cast(dict[str, str], row))
