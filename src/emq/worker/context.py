@@ -7,28 +7,49 @@ its timeout passed, the job was cancelled (``Queue.cancel``: the heartbeat's ans
 shutting down past its grace period. A handler that
 checks it (or calls :meth:`JobContext.heartbeat`) stops early; one that does not simply has
 its result discarded.
+
+Durable steps (:meth:`JobContext.step`, :meth:`JobContext.astep`) and :meth:`JobContext.sleep`
+let a job run again without redoing what it has done (docs/steps.md; :mod:`.steps` states the
+guarantees).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
 from ..calls.control import encode_progress
 from ..calls.logs import encode_line
-from ..errors import EmqError, LeaseLost
+from ..errors import EmqError, InvalidOption, LeaseLost
+from ..model.checks import check_int
+from .steps import Steps, StepStore
 
 if TYPE_CHECKING:
     from ..calls.flows import Child
 
 _MAKE = threading.Lock()  # orders a lazy ``cancelled`` against a concurrent cancel()
+MAX_SLEEP_MS = 366 * 86_400_000  # the longest ctx.sleep: 366 days
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Cancelled(EmqError):
     """Raised by :meth:`JobContext.heartbeat` when the attempt was cancelled (timeout,
     ``Queue.cancel`` or shutdown); a handler may let it propagate."""
+
+
+class Sleeping(Exception):
+    """Raised by :meth:`JobContext.sleep`: the worker gives the job back to the schedule for
+    ``ms`` (server clock) without counting an attempt, and runs it again then, its recorded
+    steps returned instead of run (docs/steps.md). A handler must let it propagate: one that
+    swallows it (``except Exception: pass``) goes on as if it had not slept, and the job
+    completes when the handler returns."""
+
+    def __init__(self, ms: int) -> None:
+        super().__init__(f"sleeping {ms} ms")
+        self.ms = ms
 
 
 class JobContext:
@@ -48,6 +69,8 @@ class JobContext:
         "_lost",
         "_read_children",
         "_report",
+        "_steps",
+        "_store",
         "_why",
         "attempts",
         "cancel_message",
@@ -56,6 +79,7 @@ class JobContext:
         "last_progress",
         "name",
         "queue",
+        "sleeping",
         "stalled",
         "token",
     )
@@ -75,6 +99,7 @@ class JobContext:
         read_children: Callable[[], Coroutine[Any, Any, list[Child]]] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         lines: Callable[[str], None] | None = None,
+        steps: StepStore | None = None,
     ) -> None:
         self.queue = queue
         self.lane = lane
@@ -88,6 +113,9 @@ class JobContext:
         self._lines = lines  # the worker's log flusher (None: ctx.log keeps nothing)
         self._read_children = read_children  # Queue.children of this job, on the worker's loop
         self._loop = loop
+        self._store = steps  # where ctx.step records and reads (None: no steps)
+        self._steps: Steps | None = None  # made on the first step
+        self.sleeping: int | None = None  # the ms of a ctx.sleep asked for (None: none)
         self._beat = beat
         self._why = ""
         self.cancel_message = ""  # Queue.cancel's reason, once cancel_reason is "cancelled"
@@ -180,11 +208,7 @@ class JobContext:
         read, loop = self._read_children, self._loop
         if read is None or loop is None:
             raise EmqError("this context has no queue to read children from")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if _running() is loop:
             raise EmqError("an async handler reads its children with: await ctx.achildren()")
         return asyncio.run_coroutine_threadsafe(read(), loop).result()
 
@@ -194,5 +218,72 @@ class JobContext:
             raise EmqError("this context has no queue to read children from")
         return await self._read_children()
 
+    def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` as the durable step ``name`` of this job and return
+        its value; for a sync handler (an async one awaits :meth:`astep`). On a later run of
+        the job (a retry, a recovery, after :meth:`sleep`) a recorded step does not run: its
+        recorded value is returned. Guarantees (docs/steps.md, :mod:`emq.worker.steps`): a
+        recorded step never runs again for this job; the value is recorded in one script
+        call fenced by this attempt's lease token (:class:`~emq.errors.LeaseLost` if it is
+        no longer held: nothing recorded); a step that raises is not recorded and its
+        exception propagates. The value returned is the JSON round trip of ``fn``'s value
+        (:class:`~emq.errors.InvalidPayload`, nothing recorded, if it is not JSON or is over
+        the queue's ``max_payload_bytes``). ``name``: 1-200 characters, no control
+        character, used once per run (:class:`~emq.errors.InvalidOption` at once if not)."""
+        return self._book(on_loop=False).run(name, fn, args, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    async def astep(
+        self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    @overload
+    async def astep(
+        self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    async def astep(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`step` for an async handler: ``fn`` may be a coroutine function (awaited)
+        or a plain one (run on the worker's event loop: keep it short)."""
+        return await self._book(on_loop=True).arun(name, fn, args, kwargs)
+
+    def sleep(self, ms: int) -> NoReturn:
+        """End this run now and run the job again after ``ms`` (1 ms .. 366 days, on the
+        server clock), without counting an attempt and without holding a worker meanwhile:
+        raises :class:`Sleeping`, which the worker turns into a give-back to the schedule
+        (``delay.lua``). The next run starts the handler from the top, its recorded steps
+        returned instead of run (docs/steps.md). The same call in an async handler (no
+        ``await`` needed; ``await ctx.sleep(ms)`` raises the same way). A handler must let
+        :class:`Sleeping` propagate."""
+        check_int("ms", ms, 1, MAX_SLEEP_MS, "ms")
+        self.sleeping = ms
+        raise Sleeping(ms)
+
+    def _book(self, *, on_loop: bool) -> Steps:
+        """This attempt's steps (made on first use); refuses a step after a swallowed
+        :meth:`sleep` (re-raised: the run must end) and a step called the wrong way."""
+        if self.sleeping is not None:
+            raise Sleeping(self.sleeping)
+        store, loop = self._store, self._loop
+        if store is None or loop is None:
+            raise EmqError("this context has no queue to record steps in")
+        if not on_loop and _running() is loop:
+            raise InvalidOption("an async handler runs its steps with: await ctx.astep(...)")
+        steps = self._steps
+        if steps is None:
+            with _MAKE:
+                steps = self._steps
+                if steps is None:
+                    steps = self._steps = Steps(store, loop, self.id, self.token, (Sleeping,))
+        return steps
+
     def __repr__(self) -> str:
         return f"JobContext({self.queue}/{self.id} {self.name} attempt={self.attempts})"
+
+
+def _running() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -119,6 +119,9 @@ class Report:
             s.cancelled += 1
             event(self.log, "info", f"job cancelled ({why})", "cancelled",
                   queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
+        elif kind == "sleep":  # ctx.sleep: to the schedule, no attempt spent (docs/steps.md)
+            event(self.log, "info", "job sleeping", "sleeping",
+                  queue=lease.queue, job=lease.id, token=lease.token)  # fmt: skip
         elif answer == Answer.PENDING:  # a hold (RateLimited): given back, its lane held
             s.rate_limited += 1
             event(self.log, "info", f"job rate limited: {error}", "rate_limited",

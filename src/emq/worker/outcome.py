@@ -14,6 +14,9 @@
 - it raised anything else, or ran past its timeout: :class:`Fail` with a retry while the
   handler's ``max_attempts`` allows it (the row's own ``max_attempts`` is enforced by
   ``fail.lua``);
+- it raised :class:`~emq.Sleeping` (``ctx.sleep(ms)``): :class:`Sleep`, sent with
+  ``delay``: to the schedule for ``ms`` without spending an attempt, its recorded steps kept
+  in its row (docs/steps.md);
 - its lease was lost meanwhile: :class:`Discard`; nothing is sent, its result is never
   recorded (G4);
 - the worker is shutting down past its grace period: :class:`Fail` with a retry (the attempt
@@ -202,6 +205,36 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class Sleep:
+    """The handler called ``ctx.sleep(ms)`` (raised :class:`~emq.Sleeping`): given back to
+    the schedule for ``ms`` (server clock), no attempt spent, its recorded steps kept; it
+    runs again then (docs/steps.md)."""
+
+    ms: int
+    kind: ClassVar[str] = "sleep"
+    where: ClassVar[str] = "sleep"
+    why: ClassVar[str] = "sleep"
+    error: ClassVar[str] = ""
+    label: ClassVar[str] = "sleeping"
+
+    @staticmethod
+    def call(q: AsyncQueue, acks: Sequence[Of[Sleep]], keeps: bool) -> Call:
+        items = [(a.lease.id, a.lease.token, a.outcome.ms) for a in acks]
+        return lambda: q.delay_many(items)
+
+    @staticmethod
+    def applied(token: Row, state: Row, cancelled: Row, mine: str) -> Answer | None:
+        """The row still carrying this attempt's token in ``schedule`` (or ``pending``, once
+        due and promoted) means the give-back was applied (a cancelled job's: dead,
+        cancelled)."""
+        if _cancelled(token, cancelled, mine):
+            return Answer.CANCELLED
+        if token == mine and state in ("scheduled", "pending"):
+            return Answer.SCHEDULED
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Discard:
     """The lease was lost (refused by the heartbeat or an ack): nothing is sent (G4)."""
 
@@ -211,7 +244,7 @@ class Discard:
     label: ClassVar[str] = "lease_lost"
 
 
-Sent = Complete | ChildComplete | Fail | Hold
+Sent = Complete | ChildComplete | Fail | Hold | Sleep
 """The outcomes that are sent to the server (as an :class:`Ack`)."""
 Outcome = Sent | Discard
 
