@@ -45,14 +45,26 @@ if TYPE_CHECKING:
     from .model.config import Backoff, QueueOptions
     from .model.events import Event
     from .model.lanes import Lane, Limits, RateLimited
-    from .model.records import Answer, Claimed, Claims, EnqueuedId, Job, JobSpec, SweepResult
+    from .model.records import (
+        Answer,
+        Claimed,
+        Claims,
+        EnqueuedId,
+        Job,
+        JobSpec,
+        Step,
+        SweepResult,
+    )
     from .model.states import JobState, Location
     from .queue._async.partitions import AsyncPartitionedQueue
     from .queue._async.queue import AsyncQueue
     from .queue._sync.partitions import PartitionedQueue
     from .queue._sync.queue import Queue
     from .worker import JobContext, Permanent, Worker, WorkerOptions
-    from .worker.tasks import BoundTask, ContextTask, Task, Tasks
+    from .worker.batches import BatchContext, BatchResult
+    from .worker.bound_task import BoundTask
+    from .worker.context import Sleeping
+    from .worker.tasks import BatchTask, ContextTask, Task, Tasks
 
 __all__ = [
     "Answer",
@@ -61,6 +73,9 @@ __all__ = [
     "AsyncQueue",
     "AuthenticationFailed",
     "Backoff",
+    "BatchContext",
+    "BatchResult",
+    "BatchTask",
     "BoundTask",
     "Cancel",
     "CancelRequested",
@@ -107,6 +122,8 @@ __all__ = [
     "ServerOutOfMemory",
     "ServerRefused",
     "ServerUnreachable",
+    "Sleeping",
+    "Step",
     "SweepResult",
     "Task",
     "TaskNotBound",
@@ -128,7 +145,10 @@ _WHERE = {
     "AsyncQueue": "queue._async.queue",
     "AuthenticationFailed": "errors",
     "Backoff": "model.config",
-    "BoundTask": "worker.tasks",
+    "BatchContext": "worker.batches",
+    "BatchResult": "worker.batches",
+    "BatchTask": "worker.tasks",
+    "BoundTask": "worker.bound_task",
     "Cancel": "calls.control",
     "CancelRequested": "errors",
     "Child": "calls.flows",
@@ -173,6 +193,8 @@ _WHERE = {
     "ServerOutOfMemory": "errors",
     "ServerRefused": "errors",
     "ServerUnreachable": "errors",
+    "Sleeping": "worker.context",
+    "Step": "model.records",
     "SweepResult": "model.records",
     "Task": "worker.tasks",
     "TaskNotBound": "errors",

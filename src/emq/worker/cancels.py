@@ -110,8 +110,7 @@ class Cancels(Hook):
               "abandoned", "cancel_abandoned", queue=job.queue, job=job.id,
               token=job.token)  # fmt: skip
         self._jobs.decide(job, ABANDONED)
-        if job.task is not None and not job.task.done():
-            job.task.cancel()  # its slot frees once the task unwinds
+        self._jobs.stop_task(job)  # its slot frees once the task unwinds
 
     def close(self) -> None:
         for timer in self.jobs.values():

@@ -30,31 +30,26 @@ from concurrent.futures import Executor as Pool
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..calls.results import encode_result
-from ..errors import InvalidPayload
-from ..model.lanes import DEFAULT_LANE, RateLimited
 from ..model.records import Answer, Claimed, UnreadablePayload
 from ..queue._async.queue import AsyncQueue
 from .acks import AckBuffer, keeps_completions
+from .batches import Batches, BatchRuns
 from .connect import Outage
 from .heartbeat import Heartbeat, Lease
 from .held import Held, Reports
 from .hooks import Hooks, Outbox
 from .log import Report, in_job, watch
-from .options import HandlerSpec, Permanent, WorkerOptions, WorkerStats
+from .options import HandlerSpec, WorkerOptions, WorkerStats
 from .outcome import (
     COMPLETE,
     DISCARD,
     Ack,
-    ChildComplete,
-    Complete,
     Discard,
     Fail,
-    Hold,
     describe,
-    failed,
 )
 from .phase import READY, RUNNING
+from .verdict import Verdict
 from .watchdog import Watchdog, call_soon_from_thread
 
 if TYPE_CHECKING:
@@ -93,8 +88,10 @@ class Executor:
         self.keeps_results = keeps_results
         self.concurrency = options.concurrency
         self.timeout_ms = options.timeout_ms
-        self.default_max = options.max_attempts
-        self.default_backoff = options.backoff
+        verdict = Verdict(options, outbox)  # what an attempt's end means: its outcome
+        self.fail, self.completed, self.from_exception = (
+            verdict.fail, verdict.completed, verdict.from_exception
+        )  # fmt: skip
         self.pool = pool
         self.hooks = hooks
         self.room = room  # set when a slot frees, an outcome is decided or an ack lands
@@ -108,14 +105,18 @@ class Executor:
         self._debug = log.isEnabledFor(logging.DEBUG)  # per-job records only at debug
         self._hb = heartbeat
         self.renewed = heartbeat.held  # a lease refused meanwhile is gone from it
-        self._outbox = outbox
         self._progress = progress
         self._stop = stop
-        self._crash = crash  # a bug of the story itself (not a handler's error) stops the run
+        self.crash = crash  # a bug of the story itself (not a handler's error) stops the run
         self._watchdog = Watchdog(self.loop, self.live, self._timed_out)
         watch(self)  # handlers' log records find their job in self.live
-        self._arm = self._watchdog.arm
+        self.arm = self._watchdog.arm
         self.acks = AckBuffer(outage, log, self.acked, self.landed, hooks, keeps_results)
+        # batch handlers (docs/batches.md): their jobs fill a batch, then run in one call;
+        # a worker with one claims up to its largest batch_size beyond its free slots
+        self.batch_room = max((s.batch_size or 0 for s in handlers.values()), default=0)
+        self.batches = Batches(self.loop, self.start_ready)
+        self._batch_runs = BatchRuns(self)
 
     # -- 1. fetch -------------------------------------------------------------------------
 
@@ -127,17 +128,33 @@ class Executor:
         for hook in self.hooks.on_claimed:
             hook(name, claimed)
         self._hb.add_many(jobs)
-        self.ready.extend(jobs)
+        if self.batch_room:
+            self._route(jobs)
+        else:
+            self.ready.extend(jobs)
         self.stats.claimed += len(jobs)
         self.start_ready()
+
+    def _route(self, jobs: list[Held]) -> None:
+        """A batch handler's job fills its batch; any other waits in ``ready``."""
+        handlers = self.handlers
+        for job in jobs:
+            spec = handlers.get(job.claimed.name)
+            if spec is not None and spec.batch_size:
+                self.batches.add(job, spec)
+            else:
+                self.ready.append(job)
 
     # -- 2. run ---------------------------------------------------------------------------
 
     def start_ready(self) -> None:
-        """Start ready jobs while a slot is free (none once stopping: the drain gives them
-        back). The ``on_start`` hooks see each first."""
+        """Start due batches, then ready jobs, while a slot is free (none once stopping: the
+        drain gives them back). The ``on_start`` hooks see each first."""
         if self._stop.is_set():
             return
+        batches = self.batches
+        while batches.due and self.busy < self.concurrency:
+            self._batch_runs.start(*batches.take())
         handlers, loop, live, limit, ready = (
             self.handlers, self.loop, self.live, self.concurrency, self.ready
         )  # fmt: skip
@@ -162,7 +179,7 @@ class Executor:
             live.add(job)
             timeout = spec.timeout_ms or self.timeout_ms
             if timeout:
-                self._arm(job, now, timeout)
+                self.arm(job, now, timeout)
             if not spec.is_async:
                 self._start_thread(job, spec)
                 continue
@@ -216,7 +233,7 @@ class Executor:
                     outcome = self.fail(job, "cancelled: the handler was cancelled", "error")
                 self.decide(job, outcome)
         except Exception as bug:  # an error of the story itself stops the run
-            self._crash("executor", bug)
+            self.crash("executor", bug)
 
     def _thread_done(self, job: Held, work: Future[Any]) -> None:
         try:
@@ -230,7 +247,7 @@ class Executor:
             self.decide(job, self.completed(job, work.result()) if exc is None else
                         self.from_exception(job, exc))  # fmt: skip
         except Exception as bug:
-            self._crash("executor", bug)
+            self.crash("executor", bug)
 
     def _returned(self, job: Held) -> None:
         """A handler returned: its slot is free (its ack may still be on its way)."""
@@ -265,41 +282,6 @@ class Executor:
             self.stats.timeouts += 1
         self.acks.put(Ack(job.q, job, outcome))
 
-    def fail(self, job: Held, error: str, why: str, *, retry: bool = True) -> Fail:
-        spec = job.spec
-        limit = (spec.max_attempts if spec else None) or self.default_max
-        backoff = (spec.backoff if spec else None) or self.default_backoff
-        return failed(job.claimed.attempts, limit, backoff, error, why, retry=retry)
-
-    def completed(self, job: Held, value: Any) -> Complete | ChildComplete | Fail:
-        """The handler returned ``value``: ``COMPLETE``, or, when its handler or its queue
-        keeps results, a complete carrying the value's JSON text (a flow's child's always
-        carries it, for its parent). A value that is not JSON fails the attempt with no
-        retry (the handler ran; its result cannot be kept)."""
-        spec, options, parent = job.spec, job.q.core.options, job.claimed.parent
-        ttl = options.result_ttl_ms
-        if spec is not None and spec.result_ttl_ms is not None:
-            ttl = spec.result_ttl_ms
-        if not ttl and parent is None:
-            return COMPLETE
-        try:
-            text = encode_result(value, options.max_payload_bytes)
-        except InvalidPayload as exc:
-            return self.fail(job, str(exc), "bad_result", retry=False)
-        if not ttl:  # a flow's child: its result is kept for its parent only
-            if "@" in (parent or ""):
-                self._outbox.expect()  # its end waits in this queue's outbox
-            return ChildComplete(text)
-        return Complete(text, ttl)
-
-    def from_exception(self, job: Held, exc: BaseException) -> Fail | Hold:
-        if isinstance(exc, RateLimited):
-            lane = "*" if exc.whole_queue else exc.lane or job.claimed.lane or DEFAULT_LANE
-            return Hold(str(exc), exc.retry_in_ms, lane)
-        if isinstance(exc, Permanent):
-            return self.fail(job, describe(exc), "permanent", retry=False)
-        return self.fail(job, describe(exc), "error")
-
     # -- 4. report ------------------------------------------------------------------------
 
     def acked(self, ack: Ack, answer: str) -> None:
@@ -330,14 +312,18 @@ class Executor:
         if lease.phase is RUNNING:
             self.interrupt(lease, "lease_lost")
         elif lease.phase is READY:
-            self.ready.remove(lease)
+            self._unready(lease)
             lease.drop_unstarted()
             self.room.set()
 
     def cancel_ready(self, job: Held, outcome: Fail) -> None:
         """A job cancelled before it started never runs: ``outcome`` is queued now."""
-        self.ready.remove(job)
+        self._unready(job)
         self.decide(job, outcome)
+
+    def _unready(self, job: Held) -> None:
+        if not self.batches.discard(job):
+            self.ready.remove(job)
 
     def interrupt(self, job: Held, why: str) -> None:
         """Stop an attempt: ``timeout``, ``shutdown`` or ``lease_lost``. Its outcome is
@@ -355,15 +341,22 @@ class Executor:
             error = "interrupted: the worker shut down before the handler finished"
             outcome = self.fail(job, error, "shutdown")
         self.decide(job, outcome)
-        if job.task is not None and not job.task.done():
-            job.task.cancel()
+        self.stop_task(job)
+
+    def stop_task(self, job: Held) -> None:
+        """Cancel ``job``'s async handler, unless it runs a batch of which a job still runs."""
+        task = job.task
+        if task is None or task.done():
+            return
+        if job.batch is None or all(j.phase is not RUNNING for j in job.batch):
+            task.cancel()
 
     def _timed_out(self, job: Held) -> None:
         self.interrupt(job, "timeout")
 
     def take_ready(self) -> list[Held]:
         """Every job not started, READY -> GIVING_BACK (a stop gives them back)."""
-        jobs = list(self.ready)
+        jobs = [*self.ready, *self.batches.take_all()]
         self.ready.clear()
         for job in jobs:
             job.give_back()
@@ -387,7 +380,9 @@ class Executor:
 
     def idle(self) -> bool:
         """Nothing ready or undecided (an abandoned handler, below, does not count)."""
-        return not self.ready and all(j.phase is not RUNNING for j in self.live)
+        return (
+            not self.ready and not self.batches and all(j.phase is not RUNNING for j in self.live)
+        )
 
     @property
     def abandoned(self) -> int:
@@ -397,3 +392,4 @@ class Executor:
 
     def close(self) -> None:
         self._watchdog.close()
+        self.batches.close()

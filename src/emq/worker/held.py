@@ -37,6 +37,7 @@ class Held(Lease):
         "_beat",
         "_ctx",
         "_report",
+        "batch",
         "claimed",
         "context",
         "deadline",
@@ -66,6 +67,7 @@ class Held(Lease):
         self._ctx: JobContext | None = None
         self.spec: HandlerSpec | None = None
         self.task: asyncio.Task[None] | None = None
+        self.batch: tuple[Held, ...] | None = None  # the jobs of its batch handler's call
         self.deadline = 0.0  # loop time past which the attempt times out (if it has a limit)
         # set only by an observer (.observe: metrics or tracing): the handler's start (loop
         # time), its consumer span, and the context the handler runs in (the span current)
@@ -91,5 +93,6 @@ class Held(Lease):
                 read_children=functools.partial(self.q.children, c.id),
                 loop=asyncio.get_running_loop(),
                 lines=None if r is None else functools.partial(r.logs.put, self),
+                steps=self.q,
             )
         return ctx

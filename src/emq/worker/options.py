@@ -115,6 +115,9 @@ class WorkerOptions:
         return self.heartbeat_ms or max(1, self.lease_ms // 3)
 
 
+MAX_BATCH = 1000  # the most jobs one claim call returns
+MAX_BATCH_WAIT_MS = 3_600_000
+
 ISOLATIONS = ("thread", "process")
 """Where a sync handler runs: a thread of the worker's pool, or a child process
 (:mod:`.children`)."""
@@ -132,6 +135,7 @@ class TaskOptions(TypedDict, total=False):
     isolation: str
     max_memory_mb: int | None
     max_jobs_per_child: int | None
+    batch_wait_ms: int | None  # with batch_size, which is a keyword of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,8 @@ class HandlerSpec:
     backoff: Backoff | None = None
     result_ttl_ms: int | None = None  # keep its return value this long (None: the queue's)
     children: ChildPool | None = None  # isolation="process": its child processes
+    batch_size: int | None = None  # a batch handler: a list of up to this many payloads
+    batch_wait_ms: int = 0  # how long a batch may wait to fill after its first job's claim
 
     @classmethod
     def of(
@@ -161,6 +167,8 @@ class HandlerSpec:
         isolation: str = "thread",
         max_memory_mb: int | None = None,
         max_jobs_per_child: int | None = None,
+        batch_size: int | None = None,
+        batch_wait_ms: int | None = None,
     ) -> HandlerSpec:
         if isolation not in ISOLATIONS:
             raise InvalidOption(f"isolation must be 'thread' or 'process', got {isolation!r}")
@@ -174,6 +182,7 @@ class HandlerSpec:
             check_int("timeout_ms", timeout_ms, 1, unit="ms")
         if result_ttl_ms is not None:
             check_int("result_ttl_ms", result_ttl_ms, 0, MAX_KEEP_MS, "ms")
+        batch = _batching(name, batch_size, batch_wait_ms)
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
         )
@@ -184,13 +193,23 @@ class HandlerSpec:
             )
             call = isolated(name, fn, _takes_ctx(fn), is_async, pool)
             return cls(name, call, False, True, max_attempts, timeout_ms, backoff,
-                       result_ttl_ms, pool)  # fmt: skip
-        return cls(
-            name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff, result_ttl_ms
-        )
+                       result_ttl_ms, pool, *batch)  # fmt: skip
+        return cls(name, fn, is_async, _takes_ctx(fn), max_attempts, timeout_ms, backoff,
+                   result_ttl_ms, None, *batch)  # fmt: skip
 
     def call(self, payload: Any, ctx: Any) -> Any:
         return self.fn(payload, ctx) if self.takes_ctx else self.fn(payload)
+
+
+def _batching(name: str, size: int | None, wait_ms: int | None) -> tuple[int | None, int]:
+    """``(batch_size, batch_wait_ms)`` checked: a size of 1 to ``MAX_BATCH`` makes a batch
+    handler; a wait without a size is refused (it would mean nothing)."""
+    if size is None:
+        if wait_ms is not None:
+            raise InvalidOption(f"handler {name!r}: batch_wait_ms needs batch_size")
+        return None, 0
+    check_int("batch_size", size, 1, MAX_BATCH)
+    return size, check_int("batch_wait_ms", wait_ms or 0, 0, MAX_BATCH_WAIT_MS, "ms")
 
 
 def _takes_ctx(fn: Handler) -> bool:

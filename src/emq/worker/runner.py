@@ -258,13 +258,14 @@ class Runner:
     # -- claiming -------------------------------------------------------------------------
 
     def free(self) -> int:
-        """Jobs to claim now: free slots plus prefetch (the larger of ``prefetch`` and the
-        claim-ahead), less what is claimed and not started; none while too many acks are
-        still waiting to land."""
-        o = self.options
+        """Jobs to claim now: free slots, prefetch (or the claim-ahead if larger) and the
+        largest ``batch_size`` (a batch fills from one claim), less what is claimed and not
+        started; none while too many acks are still waiting to land."""
+        o, jobs = self.options, self.jobs
         if self.acks.outstanding >= self.max_unacked:
             return 0
-        return o.concurrency + max(o.prefetch, self.ahead) - self.jobs.busy - len(self.jobs.ready)
+        held = jobs.busy + len(jobs.ready) + len(jobs.batches) - jobs.batch_room
+        return o.concurrency + max(o.prefetch, self.ahead) - held
 
     def _tune(self, consumed: int) -> None:
         """Set the claim-ahead after a claim reply from ``consumed``, the handlers that
@@ -326,8 +327,7 @@ class Runner:
     def _requeued(self) -> int:
         """Acks landed so far that may have made a job claimable again: retries, holds, and
         completions (a flow parent's last child)."""
-        s = self.stats
-        return s.retried + s.rate_limited + s.completed
+        return self.stats.retried + self.stats.rate_limited + self.stats.completed
 
     def _burst_idle(self, *, stuck: bool) -> bool:
         """In burst mode: True once the queues gave nothing and nothing is left to decide, or

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 from ..calls.call import check_job_name
 from ..errors import EmqError, InvalidOption
@@ -31,7 +31,7 @@ from .connections import ClientFactory
 from .options import Handler, HandlerSpec, TaskOptions, WorkerOptions, WorkerStats
 from .runner import Runner
 from .startup import first_read
-from .tasks import BaseTask, TaskDecorator, Tasks
+from .tasks import BaseTask, BatchTaskDecorator, TaskDecorator, Tasks
 
 F = TypeVar("F", bound=Handler)
 QueueLike = str | Queue | AsyncQueue
@@ -118,6 +118,8 @@ class Worker:
         isolation: str = "thread",
         max_memory_mb: int | None = None,
         max_jobs_per_child: int | None = None,
+        batch_size: int | None = None,
+        batch_wait_ms: int | None = None,
     ) -> None:
         """Register ``fn`` for jobs named ``name``, with an optional retry policy of its own:
         ``max_attempts`` (the job's own, set at enqueue, also applies: the smaller wins),
@@ -125,12 +127,17 @@ class Worker:
         ``result_ttl_ms``: keep its return value (JSON) that long, readable with
         ``Queue.result`` (None: the queue's ``result_ttl_ms``; 0: not kept).
         ``isolation="process"`` runs it in a child process that a timeout kills, capped at
-        ``max_memory_mb`` and replaced after ``max_jobs_per_child`` jobs (:mod:`.children`)."""
+        ``max_memory_mb`` and replaced after ``max_jobs_per_child`` jobs (:mod:`.children`).
+        ``batch_size`` makes it a batch handler: ``fn`` takes a list of up to that many
+        payloads, waiting at most ``batch_wait_ms`` (default 0) after the first of them was
+        claimed for more to fill the batch; each job keeps its own lease, attempts and
+        outcome (docs/batches.md)."""
         check_job_name(name)
         self.handlers[name] = HandlerSpec.of(
             name, fn, max_attempts=max_attempts, timeout_ms=timeout_ms, backoff=backoff,
             result_ttl_ms=result_ttl_ms, isolation=isolation, max_memory_mb=max_memory_mb,
-            max_jobs_per_child=max_jobs_per_child,
+            max_jobs_per_child=max_jobs_per_child, batch_size=batch_size,
+            batch_wait_ms=batch_wait_ms,
         )  # fmt: skip
 
     def handler(
@@ -144,6 +151,8 @@ class Worker:
         isolation: str = "thread",
         max_memory_mb: int | None = None,
         max_jobs_per_child: int | None = None,
+        batch_size: int | None = None,
+        batch_wait_ms: int | None = None,
     ) -> Callable[[F], F]:
         """Decorator: ``@worker.handler("send")``; the name defaults to the function's."""
 
@@ -152,6 +161,7 @@ class Worker:
                 name or fn.__name__, fn, max_attempts=max_attempts, timeout_ms=timeout_ms,
                 backoff=backoff, result_ttl_ms=result_ttl_ms, isolation=isolation,
                 max_memory_mb=max_memory_mb, max_jobs_per_child=max_jobs_per_child,
+                batch_size=batch_size, batch_wait_ms=batch_wait_ms,
             )  # fmt: skip
             return fn
 
@@ -162,9 +172,22 @@ class Worker:
         one of this worker's. A job name that already has another handler is refused."""
         tasks.serve(self.queue_names, self._add_task)
 
+    @overload
     def task(
-        self, name: str | None = None, *, queue: str | None = None, **options: Unpack[TaskOptions]
-    ) -> TaskDecorator:
+        self, name: str | None = None, *, queue: str | None = None,
+        batch_size: None = None, **options: Unpack[TaskOptions],
+    ) -> TaskDecorator: ...  # fmt: skip
+
+    @overload
+    def task(
+        self, name: str | None = None, *, queue: str | None = None,
+        batch_size: int, **options: Unpack[TaskOptions],
+    ) -> BatchTaskDecorator: ...  # fmt: skip
+
+    def task(
+        self, name: str | None = None, *, queue: str | None = None,
+        batch_size: int | None = None, **options: Unpack[TaskOptions],
+    ) -> Any:  # fmt: skip
         """Decorator: ``@worker.task()`` makes the function a task of ``queue`` (default: this
         worker's first) that this worker runs: as :meth:`Tasks.task <emq.Tasks.task>`, with
         its keywords, its enqueues sent through the worker's queue object or URL
@@ -177,7 +200,7 @@ class Worker:
                 if not isinstance(t, str) and t.name == queue:
                     own.bind(t)
             self.include(own)
-        return own.task(name, **options)
+        return own.task(name, batch_size=batch_size, **options)
 
     def _add_task(self, task: BaseTask[Any, Any]) -> None:
         held = self.handlers.get(task.name)

@@ -17,29 +17,29 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from ..calls.call import check_job_name
 from ..calls.jobs import QueueCore
-from ..errors import InvalidOption, InvalidPayload, TaskNotBound
+from ..errors import InvalidOption, TaskNotBound
 from ..model.config import Backoff, QueueOptions
-from ..model.records import EnqueuedId, JobSpec
 from ..queue._async.partitions import AsyncPartitionedQueue
 from ..queue._async.queue import AsyncQueue
 from ..queue._sync.partitions import PartitionedQueue
 from ..queue._sync.queue import Queue
 from ..server.urls import check_url
+from .batch_items import ItemSignature, batch_handler
+from .batches import BatchContext
+from .bound_task import _TARGETS, AsyncTarget, BoundTask, SyncTarget
 from .child import TASK_FUNCTION
 from .children import ref_of
 from .context import JobContext
-from .options import HandlerSpec
+from .options import HandlerSpec, TaskOptions
 from .signature import ChildTask, Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
-SyncTarget = Queue | PartitionedQueue
-AsyncTarget = AsyncQueue | AsyncPartitionedQueue
-_TARGETS = (Queue, PartitionedQueue, AsyncQueue, AsyncPartitionedQueue)
+T = TypeVar("T")
 _SEND_FIELDS = ("delay_ms", "priority", "max_attempts", "key", "id", "lane", "lifo")
 
 
@@ -88,6 +88,16 @@ class Tasks:
             else:
                 self._sync = queue
 
+    @overload
+    def task(
+        self, name: str | None = None, *, batch_size: None = None, **o: Unpack[TaskOptions]
+    ) -> TaskDecorator: ...
+
+    @overload
+    def task(
+        self, name: str | None = None, *, batch_size: int, **o: Unpack[TaskOptions]
+    ) -> BatchTaskDecorator: ...
+
     def task(
         self,
         name: str | None = None,
@@ -101,7 +111,9 @@ class Tasks:
         isolation: str = "thread",
         max_memory_mb: int | None = None,
         max_jobs_per_child: int | None = None,
-    ) -> TaskDecorator:
+        batch_size: int | None = None,
+        batch_wait_ms: int | None = None,
+    ) -> Any:
         """Decorator: ``@tasks.task()`` makes the function a task of this queue.
 
         ``name``: its job name (default: the function's ``__name__``, as ``@worker.handler``
@@ -109,7 +121,9 @@ class Tasks:
         policy on the worker (``Worker.register``); ``max_attempts`` is also each job's own.
         ``lane``, ``priority``: defaults of each enqueue (``using`` overrides them).
         ``isolation="process"`` (with ``max_memory_mb``, ``max_jobs_per_child``) runs it in
-        a child process (docs/worker.md, Handlers in their own process)."""
+        a child process (docs/worker.md, Handlers in their own process). ``batch_size``
+        (with ``batch_wait_ms``) makes a batch task: the function takes ``list[Item]`` and
+        ``enqueue`` one item (docs/batches.md)."""
         if name is not None and not isinstance(name, str):
             raise InvalidOption("write @tasks.task() with its parentheses (or give a name)")
         policy = {"max_attempts": max_attempts, "timeout_ms": timeout_ms,
@@ -117,7 +131,11 @@ class Tasks:
                   "max_memory_mb": max_memory_mb,
                   "max_jobs_per_child": max_jobs_per_child}  # fmt: skip
         send = {"max_attempts": max_attempts, "lane": lane, "priority": priority}
-        return TaskDecorator(self, name, policy, {k: v for k, v in send.items() if v is not None})
+        send = {k: v for k, v in send.items() if v is not None}
+        if batch_size is None and batch_wait_ms is None:
+            return TaskDecorator(self, name, policy, send)
+        policy |= {"batch_size": batch_size, "batch_wait_ms": batch_wait_ms}
+        return BatchTaskDecorator(self, name, policy, send)
 
     def __iter__(self) -> Iterator[BaseTask[Any, Any]]:
         with self._lock:
@@ -208,80 +226,6 @@ class Tasks:
         q = kind.from_url(self.url, self.queue_name, options=self.options)
         self._opened.append(q)
         return q
-
-
-class BoundTask(Generic[P]):
-    """A task with the options of its enqueues (``task.using(...)``): ``enqueue`` and
-    ``aenqueue`` take the function's own arguments and return the job's id."""
-
-    __slots__ = ("_queue", "_send", "_task")
-
-    def __init__(
-        self,
-        task: BaseTask[P, Any],
-        send: dict[str, Any],
-        queue: SyncTarget | AsyncTarget | None = None,
-    ) -> None:
-        self._task = task
-        self._send = send
-        self._queue = queue
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedId:
-        """Admit one job of this task (``Queue.enqueue``) with these arguments as its payload,
-        checked against the function first (:class:`~emq.errors.InvalidArguments`: nothing
-        is written)."""
-        task = self._task
-        payload = task.signature.payload(args, kwargs)
-        q = self._queue if self._queue is not None else task.tasks.sync_queue()
-        if not isinstance(q, Queue | PartitionedQueue):
-            raise InvalidOption(f"task {task.name!r}: enqueue needs a Queue; use aenqueue")
-        try:
-            return q.enqueue(task.name, payload, **self._send)
-        except InvalidPayload as exc:
-            raise task.signature.refusal(payload, exc) from exc
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedId:
-        """:meth:`enqueue` through an async queue (``AsyncQueue.enqueue``)."""
-        task = self._task
-        payload = task.signature.payload(args, kwargs)
-        q = self._queue if self._queue is not None else task.tasks.async_queue()
-        if not isinstance(q, AsyncQueue | AsyncPartitionedQueue):
-            raise InvalidOption(f"task {task.name!r}: aenqueue needs an AsyncQueue; use enqueue")
-        try:
-            return await q.enqueue(task.name, payload, **self._send)
-        except InvalidPayload as exc:
-            raise task.signature.refusal(payload, exc) from exc
-
-    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
-        """This task's job with these arguments (checked now) and options, as a
-        :class:`~emq.JobSpec` for ``Queue.enqueue_many`` or a flow (docs/flows.md)."""
-        return JobSpec(self._task.name, self._task.signature.payload(args, kwargs), **self._send)
-
-    def using(
-        self,
-        *,
-        queue: Queue | AsyncQueue | PartitionedQueue | AsyncPartitionedQueue | None = None,
-        delay_ms: int | None = None,
-        priority: int | None = None,
-        max_attempts: int | None = None,
-        key: str | None = None,
-        id: str | None = None,
-        lane: str | None = None,
-        lifo: bool | None = None,
-    ) -> BoundTask[P]:
-        """The same task with these enqueue options (as ``Queue.enqueue`` takes them; None:
-        unchanged), checked now; ``queue``: send through this one (any queue's name) instead.
-        The options never mix with the function's own parameters, whatever their names."""
-        given = {"delay_ms": delay_ms, "priority": priority, "max_attempts": max_attempts,
-                 "key": key, "id": id, "lane": lane, "lifo": lifo}  # fmt: skip
-        send = {**self._send, **{k: v for k, v in given.items() if v is not None}}
-        self._task.check(send)
-        if queue is not None and not isinstance(queue, _TARGETS):
-            raise InvalidOption(f"using(queue=...) takes a Queue or an AsyncQueue, got {queue!r}")
-        return BoundTask(self._task, send, queue if queue is not None else self._queue)
-
-    def __repr__(self) -> str:
-        return f"<task {self._task.name!r} of {self._task.tasks.queue_name!r} {self._send}>"
 
 
 class BaseTask(BoundTask[P], Generic[P, R]):
@@ -390,5 +334,51 @@ class TaskDecorator:
         sig = Signature(check_job_name(self._name or getattr(fn, "__name__", "")), fn)
         kind = ContextTask if sig.takes_ctx else Task
         task: BaseTask[Any, Any] = kind(self._tasks, fn, sig, self._policy, self._send)
+        self._tasks._add(task)
+        return task
+
+
+class BatchTask(BaseTask[[T], R]):
+    """A batch task: ``enqueue(item)`` sends one job of one item (as does ``using(...)``);
+    calling it runs the function on a list of items, as a test does."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        return self.fn(*args, **kwargs)
+
+    def _handler(self) -> Callable[[Any, Any], Any]:
+        assert isinstance(self.signature, ItemSignature)
+        return batch_handler(self.signature, self.fn, self.is_async)  # type: ignore[no-any-return]
+
+
+class BatchTaskDecorator:
+    """What ``@tasks.task(batch_size=N)`` applies: makes a :class:`BatchTask`."""
+
+    __slots__ = ("_name", "_policy", "_send", "_tasks")
+
+    def __init__(
+        self, tasks: Tasks, name: str | None, policy: dict[str, Any], send: dict[str, Any]
+    ) -> None:
+        if policy.get("isolation") == "process":
+            raise InvalidOption(
+                "a batch task runs in the worker (threads or asyncio); for a child process, "
+                "register a batch handler: worker.register(name, fn, batch_size=..., "
+                "isolation='process')"
+            )
+        self._tasks, self._name, self._policy, self._send = tasks, name, policy, send
+
+    @overload
+    def __call__(self, fn: Callable[[BatchContext, list[T]], R]) -> BatchTask[T, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[list[T]], R]) -> BatchTask[T, R]: ...
+
+    def __call__(self, fn: Callable[..., Any]) -> BatchTask[Any, Any]:
+        if not callable(fn):
+            raise InvalidOption(f"a task is made of a function, got {fn!r}")
+        name = check_job_name(self._name or getattr(fn, "__name__", ""))
+        sig = ItemSignature(name, fn)
+        task: BatchTask[Any, Any] = BatchTask(self._tasks, fn, sig, self._policy, self._send)
         self._tasks._add(task)
         return task
