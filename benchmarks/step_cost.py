@@ -97,7 +97,9 @@ def per_call(q: Queue, client: Any, jobs: int) -> dict[str, tuple[float, float, 
     rtt = (time.perf_counter() - started) * 1e6 / len(held)
     stat = client.info("commandstats").get("cmdstat_hgetall", {"calls": 1, "usec": 0})
     out["HGETALL of the row (steps read)"] = (
-        float(stat["usec"]) / int(stat["calls"]), rtt, int(stat["calls"])
+        float(stat["usec"]) / int(stat["calls"]),
+        rtt,
+        int(stat["calls"]),
     )
     q.complete_many([(c.id, c.token) for c in held])
     return out
@@ -128,8 +130,9 @@ def main() -> None:
         stepped_calls = evalsha(client)[0]
         per_plain = plain * plain_calls / args.jobs
         per_stepped = stepped * stepped_calls / args.jobs
+        each = (per_stepped - per_plain) / args.steps
         print(f"a job's EVALSHA usec: {per_plain:.2f} without steps, {per_stepped:.2f} with "
-              f"{args.steps} steps: {(per_stepped - per_plain) / args.steps:.2f} per step")  # fmt: skip
+              f"{args.steps} steps: {each:.2f} per step")  # fmt: skip
         q.close()
         client.close()
     finally:
