@@ -161,7 +161,8 @@ def test_the_workers_page_lists_a_registered_worker(url: str, client: Any) -> No
     info = registry.WorkerInfo(
         id="host-a:4242:abcdef12", host="host-a", pid=4242, queues=("mail", "<b>x</b>"),
         concurrency=8, running=3, started_ms=int(time.time() * 1000) - 60_000,
-        beat_ms=int(time.time() * 1000), version="test",
+        beat_ms=int(time.time() * 1000), version="test", batches=(("embed", 50, 200),),
+        filling=7,
     )  # fmt: skip
     registry.publish(client, info, 30_000)
     try:
@@ -170,6 +171,7 @@ def test_the_workers_page_lists_a_registered_worker(url: str, client: Any) -> No
         assert '<tr data-worker="host-a:4242:abcdef12">' in page
         assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
         assert json.dumps(3) in page
+        assert 'title="batch_wait_ms 200">embed &le; 50</span> (7 filling)' in page
     finally:
         client.delete(registry.worker_key(info.id))
         client.zrem(registry.WORKERS, info.id)

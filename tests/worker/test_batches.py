@@ -23,6 +23,7 @@ from emq import (
     Worker,
     WorkerOptions,
 )
+from emq.observe import registry
 
 from ..support.helpers import assert_consistent, until
 
@@ -279,6 +280,25 @@ async def test_a_typed_batch_task_rebuilds_its_items_and_fails_a_bad_one_alone(
     dead = queue.job(bad)
     assert dead.state == "dead" and "cannot read its item as Doc" in (dead.last_error or "")
     assert_consistent(client, qname)
+
+
+async def test_the_workers_entry_names_its_batch_handlers_and_the_jobs_filling(
+    queue: Queue, client: redis.Redis
+) -> None:
+    queue.enqueue_many([("fill", {}) for _ in range(3)])
+    w = Worker(queue)
+    w.register("fill", lambda ps: None, batch_size=10, batch_wait_ms=600_000)
+    w.register("plain", lambda p: None)
+    run = asyncio.create_task(w.run())
+    try:
+        entry = await until(
+            lambda: [i for i in registry.list_workers(client) if i.filling == 3], HANG,
+            "the entry to show the jobs filling a batch",
+        )  # fmt: skip
+        assert entry[0].batches == (("fill", 10, 600_000),) and entry[0].running == 0
+    finally:
+        w.stop()
+        await asyncio.wait_for(run, HANG)
 
 
 def test_batch_options_are_checked_when_registered(queue: Queue) -> None:

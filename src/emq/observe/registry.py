@@ -48,7 +48,9 @@ class WorkerInfo:
     ``started_ms`` and ``beat_ms``: wall-clock ms (the worker's clock) of its start and of
     that beat; ``metrics_port``: the port of its Prometheus endpoint (0: none); ``layout``:
     the newest keyspace layout it serves (docs/keyspace.md, Layout versions; 1 for an entry
-    of an emq that wrote none), which ``emq upgrade`` checks."""
+    of an emq that wrote none), which ``emq upgrade`` checks. ``batches``: its batch
+    handlers, ``(name, batch_size, batch_wait_ms)`` each; ``filling``: jobs it holds that
+    wait for their batch to fill (docs/batches.md)."""
 
     id: str
     host: str
@@ -61,6 +63,8 @@ class WorkerInfo:
     version: str
     metrics_port: int = 0
     layout: int = 1
+    batches: tuple[tuple[str, int, int], ...] = ()
+    filling: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -82,6 +86,8 @@ class WorkerInfo:
                 version=str(d["version"]),
                 metrics_port=int(d.get("metrics_port", 0)),
                 layout=int(d.get("layout", 1)),
+                batches=tuple((str(n), int(s), int(w)) for n, s, w in d.get("batches", ())),
+                filling=int(d.get("filling", 0)),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None

@@ -16,7 +16,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
+from typing import Any, Protocol
 
 import redis.asyncio
 
@@ -28,13 +29,25 @@ from .connect import SERVER_ERRORS, Outage, describe_error
 LEAVE_TIMEOUT_S = 2.0
 
 
+class Load(Protocol):
+    """What an entry says of the jobs a worker holds (its executor is one)."""
+
+    @property
+    def handlers(self) -> dict[str, Any]: ...
+
+    @property
+    def batches(self) -> Sized: ...
+
+    def running(self) -> list[Any]: ...
+
+
 class Presence:
     def __init__(
         self,
         client: redis.asyncio.Redis,
         queues: Sequence[str],
         concurrency: int,
-        running: Callable[[], int],
+        jobs: Callable[[], Load],
         log: logging.Logger,
         url: str = "",
         metrics_port: int = 0,
@@ -43,7 +56,7 @@ class Presence:
         self.id = registry.new_worker_id()
         self._queues = tuple(queues)
         self._concurrency = concurrency
-        self._running = running
+        self._jobs = jobs  # made after the presence: read at each beat
         self._metrics_port = metrics_port
         self._host = registry.hostname()
         self._started_ms = registry.now_ms()
@@ -53,18 +66,25 @@ class Presence:
         self.ttl_ms = registry.ttl_ms()
 
     def info(self) -> registry.WorkerInfo:
+        """The entry: ``running`` counts jobs whose handler runs (a batch counts each job)."""
+        jobs = self._jobs()
+        batches = tuple(
+            (s.name, s.batch_size, s.batch_wait_ms) for s in jobs.handlers.values() if s.batch_size
+        )
         return registry.WorkerInfo(
             id=self.id,
             host=self._host,
             pid=os.getpid(),
             queues=self._queues,
             concurrency=self._concurrency,
-            running=self._running(),
+            running=len(jobs.running()),
             started_ms=self._started_ms,
             beat_ms=registry.now_ms(),
             version=__version__,
             metrics_port=self._metrics_port,
             layout=LAYOUT,
+            batches=batches,
+            filling=len(jobs.batches),
         )
 
     async def beat(self) -> None:

@@ -91,7 +91,7 @@ class Runner:
         self.observe = Observer.of(o, handlers)  # None: no metrics endpoint, no tracing
         port = self.observe.port if self.observe is not None else 0
         self.presence = Presence(self.client, list(queues), o.concurrency,
-                                 lambda: self.jobs.busy, log, conns.shown_url, port)  # fmt: skip
+                                 lambda: self.jobs, log, conns.shown_url, port)  # fmt: skip
         self.beat = Maintenance(self.queues, o, self.outage, self.report, self.presence)
         self.pool = ThreadPoolExecutor(o.concurrency, thread_name_prefix="emq-handler")
         self.room = asyncio.Event()  # set when a slot frees or an ack batch lands
