@@ -13,7 +13,7 @@ import click
 
 from ..errors import InvalidPayload
 from ..model.config import MAX_STALLED
-from ..model.records import Job
+from ..model.records import STEP_FIELD, Job
 from ..model.states import LISTING, STATE_OF_LOCATION, Location
 from ..server.clients import close_client
 from ..server.discovery import queue_names
@@ -46,6 +46,7 @@ def _job_dict(job: Job) -> dict[str, Any]:
     d = asdict(job)
     d.pop("fields")
     d["worker"] = job.worker
+    d["steps"] = [asdict(s) for s in job.steps]
     return d
 
 
@@ -284,10 +285,23 @@ def job(queue: str, job_id: str, with_logs: bool, url: str | None, as_json: bool
     for label, ms in _job_times(found):
         if ms is not None:
             say((label, "bold"), ": ", when(ms, now))
+    _say_steps(found, now)
     say(("row", "bold"), ":")
     for k, v in sorted(found.fields.items()):
-        say("  ", (k, "bold"), ": ", v)
+        if not k.startswith(STEP_FIELD):  # shown above, decoded
+            say("  ", (k, "bold"), ": ", v)
     _say_logs(logs)
+
+
+def _say_steps(found: Job, now: int) -> None:
+    """The durable steps ``emq job`` shows, in recorded order, each with its time and its
+    result's JSON (docs/steps.md); nothing for a job that recorded none."""
+    steps = found.steps
+    if steps:
+        say(("steps", "bold"), f": {len(steps)} recorded")
+    for s in steps:
+        value = json.dumps(s.result, default=repr)
+        say("  ", (when(s.at_ms, now), "dim"), " ", (s.name, "bold"), ": ", one_line(value))
 
 
 def _say_logs(logs: list[dict[str, Any]] | None) -> None:
