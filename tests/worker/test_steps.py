@@ -70,6 +70,9 @@ def test_a_retry_skips_the_recorded_steps_and_gets_their_values(
     ]  # fmt: skip
     failed = next(e for e in queue.events() if e.event == "step_failed")
     assert failed.fields["error"] == "OSError: carrier down" and failed.fields["step"] == "ship"
+    told = [(e.event, e.fields.get("step")) for e in queue.history(job) if "step" in e.event]
+    assert told == [("step", "reserve"), ("step", "charge"), ("step_failed", "ship"),
+                    ("step", "ship")]  # fmt: skip
     assert queue.job(job) is None  # completed: the row and its steps are gone
     assert_consistent(client, queue.name)
 

@@ -50,7 +50,7 @@ _SELECT = "SELECT job, ms, event, fields FROM events"
 # events that move no job (a long job's progress events must not hide its state)
 _MOVES = (
     "event NOT IN ('progress', 'lease_lost', 'cancel_requested', 'reprioritised',"
-    " 'payload_updated')"
+    " 'payload_updated', 'step', 'step_failed')"
 )
 
 
