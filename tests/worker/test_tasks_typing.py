@@ -15,9 +15,26 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 TASKS = """\
-from emq import JobContext, Tasks
+from dataclasses import dataclass
+
+from emq import BatchContext, JobContext, Tasks
 
 tasks = Tasks("emails")
+
+
+@dataclass
+class Doc:
+    id: int
+
+
+@tasks.task(batch_size=10, batch_wait_ms=5)
+def index(docs: list[Doc]) -> list[int]:
+    return [d.id for d in docs]
+
+
+@tasks.task(batch_size=10)
+async def aindex(ctx: BatchContext, docs: list[Doc]) -> None:
+    pass
 
 
 @tasks.task()
@@ -38,11 +55,12 @@ def with_ctx(ctx: JobContext, to: str) -> int:
 GOOD = """\
 from emq import EnqueuedId, JobContext
 
-from mytasks import asend, send, with_ctx
+from mytasks import Doc, aindex, asend, index, send, with_ctx
 
 
 def produce(ctx: JobContext) -> list[str]:
     ids: list[str] = [send.enqueue("a@b"), send.enqueue(to="a", n=2)]
+    ids += [index.enqueue(Doc(1)), index.using(priority=1).enqueue(Doc(2))]
     ids.append(send.using(delay_ms=5, key="k").enqueue("x"))
     ids.append(with_ctx.enqueue(to="x"))
     ids.extend(spec.name for spec in [send.spec("a"), with_ctx.using(lane="l").spec(to="b")])
@@ -53,11 +71,12 @@ def produce(ctx: JobContext) -> list[str]:
 
 async def aproduce() -> EnqueuedId:
     await asend("direct")
+    await aindex.aenqueue(Doc(3))
     return await asend.aenqueue(to="a@b")
 """
 
 BAD = """\
-from mytasks import asend, send, with_ctx
+from mytasks import Doc, asend, index, send, with_ctx
 
 
 def produce() -> None:
@@ -74,6 +93,11 @@ async def aproduce() -> None:
 
 def specs() -> None:
     send.spec(to=2)
+
+
+def batches() -> None:
+    index.enqueue([Doc(1)])
+    index.enqueue("x")
 """
 
 EXPECTED = {  # line -> what mypy says there
@@ -84,6 +108,8 @@ EXPECTED = {  # line -> what mypy says there
     9: 'Missing positional argument "to"',
     13: 'Too many arguments for "aenqueue"',
     17: 'Argument "to" to "spec" of "BoundTask" has incompatible type "int"',
+    21: 'Argument 1 to "enqueue" of "BoundTask" has incompatible type "list[Doc]"',
+    22: 'Argument 1 to "enqueue" of "BoundTask" has incompatible type "str"',
 }
 
 
