@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from emq import (
     Backoff,
@@ -23,6 +25,7 @@ from emq import (
     Worker,
     WorkerOptions,
 )
+from emq.cli.main import cli
 from emq.observe import registry
 
 from ..support.helpers import assert_consistent, until
@@ -283,7 +286,7 @@ async def test_a_typed_batch_task_rebuilds_its_items_and_fails_a_bad_one_alone(
 
 
 async def test_the_workers_entry_names_its_batch_handlers_and_the_jobs_filling(
-    queue: Queue, client: redis.Redis
+    queue: Queue, client: redis.Redis, url: str
 ) -> None:
     queue.enqueue_many([("fill", {}) for _ in range(3)])
     w = Worker(queue)
@@ -296,6 +299,9 @@ async def test_the_workers_entry_names_its_batch_handlers_and_the_jobs_filling(
             "the entry to show the jobs filling a batch",
         )  # fmt: skip
         assert entry[0].batches == (("fill", 10, 600_000),) and entry[0].running == 0
+        shown = CliRunner().invoke(cli, ["workers", "--url", url, "--json"]).output
+        (mine,) = [w for w in json.loads(shown)["workers"] if w["id"] == entry[0].id]
+        assert mine["batches"] == [["fill", 10, 600_000]] and mine["filling"] == 3
     finally:
         w.stop()
         await asyncio.wait_for(run, HANG)

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import click
 
-from ..observe.registry import list_workers
+from ..observe.registry import WorkerInfo, list_workers
 from .common import connect, emit_json, json_option, resolve_url, row, show, table, url_option
 
 
@@ -36,13 +36,19 @@ def workers(url: str | None, as_json: bool) -> None:
         return
     now = int(time.time() * 1000)
     t = table(
-        "emq workers", "id", "host", "pid", "queues", "concurrency", "running", "started",
-        "last beat", "version",
+        "emq workers", "id", "host", "pid", "queues", "concurrency", "running", "batches",
+        "started", "last beat", "version",
     )  # fmt: skip
     for w in found:
         row(t, w.id, w.host, w.pid, ", ".join(w.queues), w.concurrency, w.running,
-            _ago(w.started_ms, now), _ago(w.beat_ms, now), w.version)  # fmt: skip
+            _batches(w), _ago(w.started_ms, now), _ago(w.beat_ms, now), w.version)  # fmt: skip
     show(t)
+
+
+def _batches(w: WorkerInfo) -> str:
+    """Its batch handlers as ``name<=size``, and the jobs filling a batch ("-": none)."""
+    names = ", ".join(f"{name}<={size}" for name, size, _ in w.batches)
+    return f"{names} ({w.filling} filling)" if w.filling else names or "-"
 
 
 def register(group: click.Group) -> None:
