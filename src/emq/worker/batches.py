@@ -275,6 +275,7 @@ class BatchRuns:
             return
         batch = tuple(members)
         x.busy += 1
+        x.room.set()  # its jobs now hold one slot, not one each: the claimer may take more
         now, timeout = x.loop.time(), spec.timeout_ms or x.timeout_ms
         for job in batch:
             job.batch = batch
