@@ -28,7 +28,7 @@ from emq import (
 from emq.cli.main import cli
 from emq.observe import registry
 
-from ..support.helpers import assert_consistent, until
+from ..support.helpers import assert_consistent, expire_leases, until
 
 pytestmark = pytest.mark.servers("valkey", "redis")
 
@@ -162,6 +162,37 @@ async def test_cancelling_one_job_of_a_running_batch_ends_it_alone(
     assert told == [False, True, False]
     assert queue.counts()["completed"] == 2 and w.stats.completed == 2
     assert queue.job(ids[1]).state == "dead"
+    assert_consistent(client, qname)
+
+
+async def test_a_job_of_a_running_batch_whose_lease_is_lost_is_dropped_alone(
+    queue: Queue, client: redis.Redis, qname: str
+) -> None:
+    """Job 0's lease lapses mid-batch and the sweep recovers it: the worker's next heartbeat
+    is refused for it alone, its result is never sent (G4), the rest of the batch completes,
+    and job 0 runs again and completes once."""
+    ids = [queue.enqueue("slow", {"i": i}) for i in range(3)]
+    started, release = asyncio.Event(), asyncio.Event()
+    runs: list[list[str]] = []
+    w = burst(queue, lease_ms=600)
+
+    @w.handler("slow", batch_size=3, batch_wait_ms=2_000)
+    async def slow(payloads: list[Any], ctx: BatchContext) -> None:
+        runs.append(ctx.ids)
+        if len(runs) == 1:
+            started.set()
+            await release.wait()
+
+    run = asyncio.create_task(w.run())
+    await asyncio.wait_for(started.wait(), HANG)
+    expire_leases(client, qname, ids[0])
+    assert queue.sweep_stalled().recovered == [ids[0]]
+    await until(lambda: w.stats.lease_lost == 1, HANG, "the heartbeat to be refused for job 0")
+    release.set()
+    await asyncio.wait_for(run, HANG)
+    assert runs == [ids, [ids[0]]]  # job 0 ran again, alone; the others once
+    assert queue.counts()["completed"] == 3 and w.stats.completed == 3
+    assert [e.job for e in queue.events() if e.event == "stalled"] == [ids[0]]
     assert_consistent(client, qname)
 
 
