@@ -220,7 +220,9 @@ class JobContext:
 
     def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` as the durable step ``name`` of this job and return
-        its value; for a sync handler (an async one awaits :meth:`astep`). On a later run of
+        its value. In an async handler (called on the worker's event loop) it returns an
+        awaitable instead, the same as :meth:`astep`: ``await ctx.step(...)`` (``astep`` is the
+        form mypy types for a plain ``fn``; a step not awaited never runs). On a later run of
         the job (a retry, a recovery, after :meth:`sleep`) a recorded step does not run: its
         recorded value is returned. Guarantees (docs/steps.md, :mod:`emq.worker.steps`): a
         recorded step never runs again for this job; the value is recorded in one script
@@ -230,6 +232,8 @@ class JobContext:
         (:class:`~emq.errors.InvalidPayload`, nothing recorded, if it is not JSON or is over
         the queue's ``max_payload_bytes``). ``name``: 1-200 characters, no control
         character, used once per run (:class:`~emq.errors.InvalidOption` at once if not)."""
+        if self._loop is not None and _running() is self._loop:  # an async handler's await
+            return self.astep(name, fn, *args, **kwargs)  # type: ignore[return-value]
         return self._book(on_loop=False).run(name, fn, args, kwargs)  # type: ignore[no-any-return]
 
     @overload
