@@ -45,6 +45,8 @@ def test_a_step_is_recorded_once_under_the_lease_with_its_event(
     assert client.hget(k.job(job), "step:charge card") == f'{at} {{"id":"ch_1"}}'
     with pytest.raises(WrongState, match="recorded already"):
         step(client, queue, job, lease.token, "charge card", '{"id":"ch_2"}')
+    # the same record resent (its reply lost): answered as the first, nothing written again
+    assert step(client, queue, job, lease.token, "charge card", '{"id":"ch_1"}') == at
     assert client.hget(k.job(job), "step:charge card") == f'{at} {{"id":"ch_1"}}'
     assert step(client, queue, job, lease.token, "mail", "OSError: down", "failed") >= at
     assert client.hexists(k.job(job), "step:mail") == 0  # a failed step is not recorded

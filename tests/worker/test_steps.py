@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from emq import (
+    AsyncQueue,
     Backoff,
     InvalidOption,
     InvalidPayload,
@@ -182,3 +183,37 @@ def test_sleep_checks_its_duration() -> None:
     assert raised.value.ms == 366 * 86_400_000 and isinstance(raised.value, Exception)
     with pytest.raises(Sleeping):  # a swallowed sleep: the next step ends the run
         ctx.step("after", lambda: 1)
+
+
+def test_a_step_record_whose_reply_is_lost_is_resent_and_recorded_once(
+    queue: Queue, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first record of each step lands on the server but its reply is lost (the
+    connection drops after the write): it is re-sent unchanged and answered as the first
+    was, so the handler goes on in the same attempt, each step ran once and is recorded
+    once, with one event."""
+    original, lost = AsyncQueue._run, []
+
+    async def reply_lost(q: AsyncQueue, call: Any) -> Any:
+        reply = await original(q, call)
+        if call.script == "step" and len(lost) < 2:
+            lost.append(call.args)
+            raise redis.ConnectionError("the reply was lost")
+        return reply
+
+    monkeypatch.setattr(AsyncQueue, "_run", reply_lost)
+    ran: list[str] = []
+    w = Worker(queue, options=BURST)
+
+    @w.handler("two")
+    def two(payload: Any, ctx: JobContext) -> int:
+        a = ctx.step("a", lambda: ran.append("a") or 1)
+        b = ctx.step("b", lambda: ran.append("b") or 2)
+        return a + b
+
+    job = queue.enqueue("two")
+    w.run_sync(handle_signals=False)
+    assert len(lost) == 2 and ran == ["a", "b"]
+    assert names(queue, job).count("step") == 2 and "completed" in names(queue, job)
+    assert w.stats.completed == 1 and w.stats.retried == 0  # no attempt was spent on it
+    assert_consistent(client, queue.name)

@@ -9,7 +9,8 @@
 -- its steps with it. Safety belt: fenced like extend and complete: the job must be in active
 -- with an unexpired deadline (server clock) and the row's token must equal the caller's,
 -- else nothing is written and no event appended; a name already recorded is refused, so a
--- step's result is written once and never replaced.
+-- step's result is written once and never replaced, except that a resend of the same record
+-- (same name, same result: a reply lost on the way back) is answered as the first one was.
 --
 -- KEYS[1] active     ZSET    leased jobs, score = lease deadline ms
 -- KEYS[2] events     STREAM  lifecycle events
@@ -22,10 +23,12 @@
 -- ARGV[6] step       string  the step's name: 1-200 characters, no control characters
 -- ARGV[7] value      string  mode 'ok': the result's JSON text; 'failed': the error's text
 -- ARGV[8] took_ms    integer how long the step ran, ms (the worker's clock)
--- Returns: the server ms the step was recorded at (mode 'failed': the event's) | 'lost' (the
+-- Returns: the server ms the step was recorded at (mode 'failed': the event's; a resend of a
+--   record already made with the same result: the first record's, nothing written) | 'lost' (the
 --   token no longer holds the lease: nothing written, no event) | 'gone' (no row: the job
 --   was completed or removed)
--- Errors: EMQSTATE when mode 'ok' names a step the row has recorded already (nothing written)
+-- Errors: EMQSTATE when mode 'ok' names a step the row has recorded already with another
+--   result (nothing written)
 -- Derives: packed HASH (read only: a job without a row that waits packed is 'lost'),
 --   meta HASH (read only), job:<id> HASH, events:archived STRING (read only)
 -- Includes: answers, clock, events, layout
@@ -60,6 +63,10 @@ if mode == 'failed' then
   return finish(now)
 end
 if f[4] then
+  local at, from = string.match(f[4], '^(%d+) ()')
+  if at and string.sub(f[4], from) == value then
+    return tonumber(at)  -- the same record, resent: answered as the first, nothing written
+  end
   return redis.error_reply('EMQSTATE step ' .. step .. ' of job ' .. id .. ' is recorded already')
 end
 redis.call('HSET', row, field, now .. ' ' .. value)

@@ -9,7 +9,8 @@ uses ``ctx.step`` (or ``await ctx.astep``), which does both for it.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import redis.asyncio
 
@@ -20,6 +21,8 @@ from ...lua import scripts
 from ...model.ids import check_id
 from ...model.records import Answer, Step, steps_of
 from ..shared import expect
+
+T = TypeVar("T")
 
 
 class AsyncSteps:
@@ -32,13 +35,17 @@ class AsyncSteps:
     async def _run(self, call: Call[Any]) -> Any:  # provided by AsyncQueue
         raise NotImplementedError
 
+    async def _resend(self, send: Callable[[], Awaitable[T]]) -> T:  # provided by AsyncQueue
+        raise NotImplementedError
+
     async def record_step(
         self, job_id: str, token: int, name: str, result: Any = None, *, took_ms: int = 0
     ) -> int:
         """Record a held job's finished step ``name`` with its ``result`` (JSON, at most the
         queue's ``max_payload_bytes``), fenced by the lease token; returns when (server ms).
         Raises InvalidPayload or InvalidOption (nothing sent), LeaseLost, JobNotFound, or
-        WrongState (``name`` is recorded already: nothing written)."""
+        WrongState (``name`` is recorded already with another result: nothing written; the
+        same record again answers as the first did)."""
         text = steps.encode_step_result(result, self.core.options.max_payload_bytes)
         answer = await self.send_step(job_id, token, name, text, took_ms, ok=True)
         expect(answer, job_id, "step")
@@ -50,8 +57,11 @@ class AsyncSteps:
         """One ``step.lua`` call: ``ok`` records ``text`` (JSON text, from
         :func:`emq.calls.steps.encode_step_result`) as the step's result; else appends a
         ``step_failed`` event with ``text`` as its error. When (server ms), or ``LOST`` /
-        ``GONE`` (nothing written)."""
+        ``GONE`` (nothing written). A record is re-sent unchanged while the server is
+        unreachable: a resend of a record that landed is answered as the first was."""
         call = steps.step_call(self.core, job_id, token, name, text, took_ms, ok=ok)
+        if ok:
+            return cast(int | Answer, await self._resend(lambda: self._run(call)))
         return cast(int | Answer, await self._run(call))
 
     async def job_steps(self, job_id: str) -> tuple[Step, ...]:

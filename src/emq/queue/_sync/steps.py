@@ -10,7 +10,8 @@ uses ``ctx.step`` (or ``ctx.astep``), which does both for it.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import redis
 
@@ -21,6 +22,8 @@ from ...lua import scripts
 from ...model.ids import check_id
 from ...model.records import Answer, Step, steps_of
 from ..shared import expect
+
+T = TypeVar("T")
 
 
 class Steps:
@@ -33,13 +36,17 @@ class Steps:
     def _run(self, call: Call[Any]) -> Any:  # provided by Queue
         raise NotImplementedError
 
+    def _resend(self, send: Callable[[], T]) -> T:  # provided by Queue
+        raise NotImplementedError
+
     def record_step(
         self, job_id: str, token: int, name: str, result: Any = None, *, took_ms: int = 0
     ) -> int:
         """Record a held job's finished step ``name`` with its ``result`` (JSON, at most the
         queue's ``max_payload_bytes``), fenced by the lease token; returns when (server ms).
         Raises InvalidPayload or InvalidOption (nothing sent), LeaseLost, JobNotFound, or
-        WrongState (``name`` is recorded already: nothing written)."""
+        WrongState (``name`` is recorded already with another result: nothing written; the
+        same record again answers as the first did)."""
         text = steps.encode_step_result(result, self.core.options.max_payload_bytes)
         answer = self.send_step(job_id, token, name, text, took_ms, ok=True)
         expect(answer, job_id, "step")
@@ -51,8 +58,11 @@ class Steps:
         """One ``step.lua`` call: ``ok`` records ``text`` (JSON text, from
         :func:`emq.calls.steps.encode_step_result`) as the step's result; else appends a
         ``step_failed`` event with ``text`` as its error. When (server ms), or ``LOST`` /
-        ``GONE`` (nothing written)."""
+        ``GONE`` (nothing written). A record is re-sent unchanged while the server is
+        unreachable: a resend of a record that landed is answered as the first was."""
         call = steps.step_call(self.core, job_id, token, name, text, took_ms, ok=ok)
+        if ok:
+            return cast(int | Answer, self._resend(lambda: self._run(call)))
         return cast(int | Answer, self._run(call))
 
     def job_steps(self, job_id: str) -> tuple[Step, ...]:
