@@ -102,11 +102,15 @@ def test_a_declared_body_over_the_cap_is_413_before_any_byte_is_read(url: str, q
         assert counter[0].read == 0
 
 
-def test_a_chunked_body_over_the_cap_is_413_after_at_most_the_cap_and_a_chunk(
+def test_a_chunked_body_over_the_cap_is_413_after_at_most_the_cap_and_one_more_message(
     url: str, qname: str
 ) -> None:
     """The fault: a 300 MB POST /login was read whole before its 413. Here 50 MB are
-    offered per request, on the open login path of a token and on an action."""
+    offered per request, on the open login path of a token and on an action. The app reads
+    the server's body messages until it is past the cap, so it reads the cap and at most one
+    message more; uvicorn's message is what it buffered meanwhile, which its flow control
+    holds to its 64 KiB high-water mark plus one 64 KiB socket read (seen: 95,216 bytes on a
+    loaded machine): never more than the cap and two chunks, never the body."""
     counter: list[Counting] = []
 
     def wrap(app: Any) -> Counting:
@@ -117,7 +121,7 @@ def test_a_chunked_body_over_the_cap_is_413_after_at_most_the_cap_and_a_chunk(
         counter.clear()
         with serve(url, wrap=wrap, **options) as c:
             assert chunked(_port(c), path, 50 * 1024 * 1024) == 413, path
-            assert counter[0].read <= MAX_BODY_BYTES + CHUNK, (path, counter[0].read)
+            assert counter[0].read <= MAX_BODY_BYTES + 2 * CHUNK, (path, counter[0].read)
 
 
 def test_a_form_under_the_cap_still_works(url: str) -> None:
