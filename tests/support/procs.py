@@ -51,3 +51,26 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = HANG) -> Any:
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` to ``path`` in one write (``O_APPEND``: the lines of two processes never
+    mix): how a handler in a worker process records a side effect for its test, on any
+    server, a cluster included."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines :func:`append_line` wrote to ``path`` (none yet: empty)."""
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for_file(path: Path, timeout: float = 300.0) -> None:
+    """A named pause point in a worker process: wait until the test creates ``path``."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -12,10 +12,9 @@ import redis
 from emq import Queue
 
 from ..support.helpers import assert_consistent, where
-from ..support.procs import HANG, WorkerProcs, wait_for
-from ..support.worker_handlers import open_gate, runs_key
+from ..support.procs import HANG, WorkerProcs, read_lines, wait_for
 
-pytestmark = pytest.mark.servers("valkey", "redis")
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 TARGET = "tests.support.batch_handlers:worker"
 FAST = ("--lease-ms", "1500", "--stalled-interval-ms", "300")
 
@@ -29,26 +28,28 @@ def procs(url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
 
 @pytest.mark.slow
 def test_sigkill_mid_batch_recovers_every_job_once_and_completes_each_once(
-    procs: WorkerProcs,
-    queue: Queue,
-    client: redis.Redis,
-    qname: str,
+    procs: WorkerProcs, queue: Queue, client: redis.Redis, qname: str, tmp_path: Path
 ) -> None:
     ids = [queue.enqueue("bulk", {"i": i}) for i in range(6)]
-    runs = lambda: client.lrange(runs_key(qname), 0, -1)  # noqa: E731
-    a = procs.start(TARGET, *FAST, EMQTEST_QUEUE=qname)
+    env = {"EMQTEST_QUEUE": qname, "EMQTEST_DIR": str(tmp_path)}
+
+    def runs() -> list[list[str]]:
+        return [line.split() for line in read_lines(tmp_path / "runs")]
+
+    a = procs.start(TARGET, *FAST, **env)
     wait_for(lambda: len(runs()) == 6, "worker A to start the whole batch")
     a.kill()  # SIGKILL: no give-back, no ack; six leases left to lapse
     a.wait(HANG)
     assert all(where(client, qname, j) == ["active"] for j in ids)
-    open_gate(client, qname, 1)
-    b = procs.start(TARGET, *FAST, EMQTEST_QUEUE=qname)
+    (tmp_path / "gate").touch()  # the next batch runs through
+    b = procs.start(TARGET, *FAST, **env)
     wait_for(lambda: queue.counts()["completed"] == 6, "worker B to recover and run the batch")
-    starts = [r.split(":") for r in runs() if r.startswith("start")]
-    dones = [r.split(":") for r in runs() if r.startswith("done")]
     for job in ids:
-        assert [pid for _, j, pid in starts if j == job] == [str(a.pid), str(b.pid)]
-        assert [pid for _, j, pid in dones if j == job] == [str(b.pid)]
+        assert [pid for what, j, pid in runs() if j == job and what == "start"] == [
+            str(a.pid),
+            str(b.pid),
+        ]
+        assert [pid for what, j, pid in runs() if j == job and what == "done"] == [str(b.pid)]
     stalls = [e.job for e in queue.events() if e.event == "stalled"]
     assert sorted(stalls) == sorted(ids)  # each recovered once, one stall each (G2, G3)
     c = queue.counts()

@@ -14,11 +14,9 @@ import redis
 from emq import Queue
 
 from ..support.helpers import assert_consistent
-from ..support.procs import HANG, WorkerProcs, wait_for
-from ..support.steps_handlers import steps_key
+from ..support.procs import HANG, WorkerProcs, read_lines, wait_for
 
-# a standalone server each: the handler's side effects go through a plain client
-pytestmark = pytest.mark.servers("valkey", "redis")
+pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 
 TARGET = "tests.support.steps_handlers:handlers"
 FAST = ("--lease-ms", "1000", "--stalled-interval-ms", "200")
@@ -33,21 +31,22 @@ def procs(url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
 
 @pytest.mark.slow
 def test_a_step_recorded_before_a_sigkill_does_not_run_again(
-    procs: WorkerProcs, queue: Queue, client: redis.Redis
+    procs: WorkerProcs, queue: Queue, client: redis.Redis, tmp_path: Path
 ) -> None:
-    effects = steps_key(queue.name)
-    first = procs.start(TARGET, "-q", queue.name, *FAST)
+    effects = tmp_path / "effects"
+    env = {"EMQTEST_DIR": str(tmp_path)}
+    first = procs.start(TARGET, "-q", queue.name, *FAST, **env)
     job = queue.enqueue("steps")
-    wait_for(lambda: client.lrange(effects, 0, -1) == [f"A:{first.pid}", f"paused:{first.pid}"],
+    wait_for(lambda: read_lines(effects) == [f"A {first.pid}", f"paused {first.pid}"],
              "the first worker to record A and stop after it")  # fmt: skip
     assert client.hexists(queue.core.keys.job(job), "step:A")  # recorded before the kill
     first.kill()
     first.wait(HANG)
-    second = procs.start(TARGET, "-q", queue.name, *FAST)
+    second = procs.start(TARGET, "-q", queue.name, *FAST, **env)
     wait_for(lambda: queue.counts()["completed"] == 1, "the second worker to finish the job")
-    ran = [e.split(":")[0] for e in client.lrange(effects, 0, -1)]
+    ran = [line.split()[0] for line in read_lines(effects)]
     assert ran == ["A", "paused", "B", "C"]  # A once, B once, C once
-    assert client.lrange(effects, 2, -1) == [f"B:{second.pid}", f"C:{second.pid}"]
+    assert read_lines(effects)[2:] == [f"B {second.pid}", f"C {second.pid}"]
     story = [e.event for e in queue.events() if e.job == job]
     assert story.count("stalled") == 1 and story.count("step") == 3
     assert story[-1] == "completed" and queue.job(job) is None
