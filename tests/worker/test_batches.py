@@ -23,11 +23,13 @@ from emq import (
     Queue,
     Tasks,
     Worker,
+    WorkerFailed,
     WorkerOptions,
 )
 from emq.cli.main import cli
 from emq.model.events import expand
 from emq.observe import registry
+from emq.worker.batches import BatchRuns
 
 from ..support.helpers import assert_consistent, expire_leases, until
 
@@ -344,6 +346,23 @@ async def test_the_workers_entry_names_its_batch_handlers_and_the_jobs_filling(
     finally:
         w.stop()
         await asyncio.wait_for(run, HANG)
+
+
+async def test_a_bug_when_a_batch_wait_runs_out_stops_the_worker_loudly(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait's timer starts the batch outside any task: an error there must stop the run
+    (WorkerFailed), never leave the jobs held and renewed forever behind a log line."""
+
+    def broken(self: BatchRuns, jobs: list[Any], spec: Any) -> None:
+        raise RuntimeError("a bug in starting a batch")
+
+    monkeypatch.setattr(BatchRuns, "start", broken)
+    queue.enqueue("late", {})
+    w = burst(queue)
+    w.register("late", lambda ps: None, batch_size=10, batch_wait_ms=50)
+    with pytest.raises(WorkerFailed, match="a bug in starting a batch"):
+        await asyncio.wait_for(w.run(), HANG)
 
 
 def test_batch_options_are_checked_when_registered(queue: Queue) -> None:

@@ -150,11 +150,18 @@ class BatchContext:
 class Batches:
     """Claimed jobs of batch handlers waiting for their batch to fill, by job name. A
     name's batch is due once it holds ``batch_size`` jobs or its first job has waited
-    ``batch_wait_ms``; ``wake`` is called (on the loop) when a wait runs out."""
+    ``batch_wait_ms``; ``wake`` is called (on the loop) when a wait runs out, and an error of
+    it goes to ``crash`` (the run stops loudly, never a timer's silent log line)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        wake: Callable[[], None],
+        crash: Callable[[str, BaseException], None],
+    ) -> None:
         self._loop = loop
         self._wake = wake
+        self._crash = crash
         self._waiting: dict[str, list[tuple[Held, float]]] = {}  # name -> (job, claimed at)
         self._specs: dict[str, HandlerSpec] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -193,7 +200,10 @@ class Batches:
         self._timers.pop(name, None)
         if self._waiting.get(name):
             self._due[name] = None
-            self._wake()
+            try:
+                self._wake()
+            except Exception as bug:
+                self._crash("batches", bug)
 
     def take(self) -> tuple[list[Held], HandlerSpec]:
         """The first due batch (call only while :attr:`due`): up to ``batch_size`` jobs, in
@@ -213,18 +223,16 @@ class Batches:
 
     def discard(self, job: Held) -> bool:
         """Take ``job`` out (a cancel before it started, a lost lease): True if it was here."""
-        spec = job.spec or self._specs.get(job.claimed.name)
-        waiting = self._waiting.get(spec.name if spec else "")
-        if not waiting:
-            return False
+        name = job.claimed.name  # a batch handler's name is its jobs' name
+        waiting = self._waiting.get(name, [])
         for i, (held, _) in enumerate(waiting):
             if held is job:
                 del waiting[i]
                 self._count -= 1
                 if waiting:
-                    self._arm(job.claimed.name)
+                    self._arm(name)
                 else:
-                    self._forget(job.claimed.name)
+                    self._forget(name)
                 return True
         return False
 

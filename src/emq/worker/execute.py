@@ -115,7 +115,7 @@ class Executor:
         # batch handlers (docs/batches.md): their jobs fill a batch, then run in one call;
         # a worker with one claims up to its largest batch_size beyond its free slots
         self.batch_room = max((s.batch_size or 0 for s in handlers.values()), default=0)
-        self.batches = Batches(self.loop, self.start_ready)
+        self.batches = Batches(self.loop, self.start_ready, crash)
         self._batch_runs = BatchRuns(self)
 
     # -- 1. fetch -------------------------------------------------------------------------

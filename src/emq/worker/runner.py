@@ -264,8 +264,8 @@ class Runner:
         o, jobs = self.options, self.jobs
         if self.acks.outstanding >= self.max_unacked:
             return 0
-        held = jobs.busy + len(jobs.ready) + len(jobs.batches) - jobs.batch_room
-        return o.concurrency + max(o.prefetch, self.ahead) - held
+        taken = jobs.busy + len(jobs.ready) + len(jobs.batches)
+        return o.concurrency + max(o.prefetch, self.ahead) + jobs.batch_room - taken
 
     def _tune(self, consumed: int) -> None:
         """Set the claim-ahead after a claim reply from ``consumed``, the handlers that
