@@ -3,7 +3,6 @@ recovered by the sweep once, counted one stall, and completed once by another wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,6 @@ from ..support.procs import HANG, WorkerProcs, read_lines, wait_for
 pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 TARGET = "tests.support.batch_handlers:worker"
 FAST = ("--lease-ms", "1500", "--stalled-interval-ms", "300")
-
-
-@pytest.fixture
-def procs(url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    p = WorkerProcs(url, tmp_path)
-    yield p
-    p.close()
 
 
 @pytest.mark.slow

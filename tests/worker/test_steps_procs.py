@@ -5,7 +5,6 @@ bounds a hang, never a speed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,6 @@ pytestmark = pytest.mark.servers("valkey", "redis", "cluster")
 
 TARGET = "tests.support.steps_handlers:handlers"
 FAST = ("--lease-ms", "1000", "--stalled-interval-ms", "200")
-
-
-@pytest.fixture
-def procs(url: str, tmp_path: Path) -> Iterator[WorkerProcs]:
-    p = WorkerProcs(url, tmp_path)
-    yield p
-    p.close()
 
 
 @pytest.mark.slow
